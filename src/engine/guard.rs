@@ -1,0 +1,348 @@
+//! Opening a file for refresh, safely: no symlink anywhere below the root,
+//! never another filesystem, regular files only, nothing immutable,
+//! append-only, swap or executing, filesystems on the allowlist only, and an
+//! exclusive write lease so nobody else can change the file meanwhile.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{
+    openat2, statx, AtFlags, FileType, Mode, OFlags, ResolveFlags, StatxAttributes, StatxFlags,
+    Timestamps,
+};
+
+use super::report::SkipReason;
+use super::sys::{self, FsKind};
+
+/// A file to refresh: `rel` under the directory `dir`, resolved without
+/// following any symlink and without leaving `dir`'s filesystem.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub dir: Arc<OwnedFd>,
+    pub rel: PathBuf,
+    /// The path shown to people.
+    pub display: PathBuf,
+    /// Device the file must be on (the walk's root), if any.
+    pub root_dev: Option<u64>,
+}
+
+impl Target {
+    /// A target for one explicit path: its parent directory is resolved
+    /// (the caller named it), the last component is not followed.
+    pub fn for_path(path: &Path) -> io::Result<Target> {
+        let name = path
+            .file_name()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = rustix::fs::open(
+            parent,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Target {
+            dir: Arc::new(dir),
+            rel: PathBuf::from(name),
+            display: path.to_path_buf(),
+            root_dev: None,
+        })
+    }
+}
+
+/// What the kernel told us about the file, under the lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileMeta {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub blocks: u64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime: (i64, u32),
+    pub mtime: (i64, u32),
+    /// Direct-I/O offset alignment, if the kernel reported one (0: none).
+    pub dio_offset_align: Option<u32>,
+    pub immutable: Option<bool>,
+    pub append: Option<bool>,
+}
+
+impl FileMeta {
+    pub fn timestamps(&self) -> Timestamps {
+        let ts = |(s, n): (i64, u32)| rustix::fs::Timespec {
+            tv_sec: s,
+            tv_nsec: n.into(),
+        };
+        Timestamps {
+            last_access: ts(self.atime),
+            last_modification: ts(self.mtime),
+        }
+    }
+}
+
+pub fn meta(fd: BorrowedFd<'_>) -> io::Result<FileMeta> {
+    let want = StatxFlags::BASIC_STATS | StatxFlags::DIOALIGN;
+    let st = statx(fd, c"", AtFlags::EMPTY_PATH, want)?;
+    let attr = |flag: StatxAttributes| {
+        if st.stx_attributes_mask.contains(flag) {
+            Some(st.stx_attributes.contains(flag))
+        } else {
+            None
+        }
+    };
+    let dio = if st.stx_mask & StatxFlags::DIOALIGN.bits() != 0 {
+        Some(st.stx_dio_offset_align)
+    } else {
+        None
+    };
+    Ok(FileMeta {
+        dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+        ino: st.stx_ino,
+        size: st.stx_size,
+        blocks: st.stx_blocks,
+        mode: u32::from(st.stx_mode),
+        uid: st.stx_uid,
+        gid: st.stx_gid,
+        atime: (st.stx_atime.tv_sec, st.stx_atime.tv_nsec),
+        mtime: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
+        dio_offset_align: dio,
+        immutable: attr(StatxAttributes::IMMUTABLE),
+        append: attr(StatxAttributes::APPEND),
+    })
+}
+
+/// Why a file could not be opened for refresh.
+#[derive(Debug)]
+pub enum Refusal {
+    Skip(SkipReason, String),
+    Fail(String),
+}
+
+/// A file open for O_DIRECT read and write, under our exclusive lease
+/// (unless the lease was switched off for a test).
+#[derive(Debug)]
+pub struct Opened {
+    pub fd: OwnedFd,
+    pub meta: FileMeta,
+    pub fs: FsKind,
+    pub leased: bool,
+}
+
+impl Opened {
+    pub fn release(&self) -> io::Result<()> {
+        if self.leased {
+            sys::release_lease(self.fd.as_fd())?;
+        }
+        Ok(())
+    }
+}
+
+fn file_kind(mode: u32) -> &'static str {
+    match FileType::from_raw_mode(mode) {
+        FileType::RegularFile => "regular file",
+        FileType::Directory => "directory",
+        FileType::Symlink => "symlink",
+        FileType::Fifo => "FIFO",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice => "character device",
+        FileType::BlockDevice => "block device",
+        FileType::Unknown => "unknown file type",
+    }
+}
+
+/// Opens `t` for refresh, or says why not. `take_lease = false` is for tests
+/// that show what the lease protects against.
+pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
+    use rustix::io::Errno;
+    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV | ResolveFlags::BENEATH;
+    let path_fd = match openat2(
+        t.dir.as_fd(),
+        &t.rel,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        resolve,
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::LOOP) => {
+            return Err(Refusal::Skip(
+                SkipReason::Symlink,
+                "symlinks are never followed".into(),
+            ))
+        }
+        Err(Errno::XDEV) => {
+            return Err(Refusal::Skip(
+                SkipReason::OtherFilesystem,
+                "on another filesystem (mount point)".into(),
+            ))
+        }
+        Err(Errno::NOENT) => {
+            return Err(Refusal::Skip(
+                SkipReason::Vanished,
+                "no longer exists".into(),
+            ))
+        }
+        Err(e) => return Err(Refusal::Fail(format!("opening: {}", io::Error::from(e)))),
+    };
+    let m = meta(path_fd.as_fd()).map_err(|e| Refusal::Fail(format!("statx: {e}")))?;
+    if FileType::from_raw_mode(m.mode) != FileType::RegularFile {
+        let kind = file_kind(m.mode);
+        if kind == "symlink" {
+            return Err(Refusal::Skip(
+                SkipReason::Symlink,
+                "symlinks are never followed".into(),
+            ));
+        }
+        return Err(Refusal::Skip(SkipReason::NotRegular, kind.to_string()));
+    }
+    if let Some(dev) = t.root_dev {
+        if m.dev != dev {
+            return Err(Refusal::Skip(
+                SkipReason::OtherFilesystem,
+                "on another filesystem".into(),
+            ));
+        }
+    }
+    let sfs = rustix::fs::fstatfs(&path_fd)
+        .map_err(|e| Refusal::Fail(format!("statfs: {}", io::Error::from(e))))?;
+    #[allow(clippy::unnecessary_cast)]
+    let magic = sfs.f_type as i64;
+    let Some(fs) = FsKind::from_magic(magic) else {
+        return Err(Refusal::Skip(
+            SkipReason::UnsupportedFilesystem,
+            format!(
+                "{} is not on the allowlist (ext4, xfs, btrfs)",
+                sys::fs_magic_name(magic)
+            ),
+        ));
+    };
+    if m.immutable == Some(true) {
+        return Err(Refusal::Skip(
+            SkipReason::Immutable,
+            "immutable (chattr +i)".into(),
+        ));
+    }
+    if m.append == Some(true) {
+        return Err(Refusal::Skip(
+            SkipReason::AppendOnly,
+            "append-only (chattr +a)".into(),
+        ));
+    }
+    if sys::is_swapfile(m.dev, m.ino) {
+        return Err(Refusal::Skip(
+            SkipReason::Swapfile,
+            "an active swap file".into(),
+        ));
+    }
+
+    // Reopen exactly this inode for I/O through its O_PATH descriptor.
+    // O_NONBLOCK: if someone else holds a lease, fail instead of waiting.
+    let proc =
+        CString::new(format!("/proc/self/fd/{}", path_fd.as_raw_fd())).expect("no NUL in a number");
+    let flags = OFlags::RDWR | OFlags::DIRECT | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = match rustix::fs::open(proc.as_c_str(), flags | OFlags::NOATIME, Mode::empty())
+        .or_else(|e| {
+            if e == Errno::PERM {
+                rustix::fs::open(proc.as_c_str(), flags, Mode::empty())
+            } else {
+                Err(e)
+            }
+        }) {
+        Ok(fd) => fd,
+        Err(Errno::TXTBSY) => {
+            return Err(Refusal::Skip(
+                SkipReason::RunningExecutable,
+                "a running executable".into(),
+            ))
+        }
+        Err(Errno::AGAIN) => {
+            return Err(Refusal::Skip(
+                SkipReason::InUse,
+                "leased by another process".into(),
+            ))
+        }
+        Err(Errno::INVAL) => {
+            return Err(Refusal::Skip(
+                SkipReason::NoDirectIo,
+                "the filesystem refuses O_DIRECT for it".into(),
+            ))
+        }
+        Err(Errno::PERM) if m.immutable.is_none() => {
+            return Err(Refusal::Skip(
+                SkipReason::Immutable,
+                "not writable (immutable or append-only)".into(),
+            ))
+        }
+        Err(e) => {
+            return Err(Refusal::Fail(format!(
+                "opening for I/O: {}",
+                io::Error::from(e)
+            )))
+        }
+    };
+    drop(path_fd);
+    // Flags the kernel did not report through statx.
+    if m.immutable.is_none() || m.append.is_none() {
+        if let Ok(flags) = rustix::fs::ioctl_getflags(&fd) {
+            use rustix::fs::IFlags;
+            if flags.contains(IFlags::IMMUTABLE) {
+                return Err(Refusal::Skip(
+                    SkipReason::Immutable,
+                    "immutable (chattr +i)".into(),
+                ));
+            }
+            if flags.contains(IFlags::APPEND) {
+                return Err(Refusal::Skip(
+                    SkipReason::AppendOnly,
+                    "append-only (chattr +a)".into(),
+                ));
+            }
+        }
+    }
+    let leased = if take_lease {
+        match sys::take_write_lease(fd.as_fd()) {
+            Ok(()) => true,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                if m.mode & 0o111 != 0 && sys::is_running_executable(m.dev, m.ino) {
+                    return Err(Refusal::Skip(
+                        SkipReason::RunningExecutable,
+                        "a running executable".into(),
+                    ));
+                }
+                return Err(Refusal::Skip(
+                    SkipReason::InUse,
+                    "another process has it open".into(),
+                ));
+            }
+            Err(e) => return Err(Refusal::Fail(format!("taking the write lease: {e}"))),
+        }
+    } else {
+        false
+    };
+    // From here on nobody else can open or truncate the file: take the
+    // baseline that must hold at the end.
+    let meta_now = match meta(fd.as_fd()) {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = sys::release_lease(fd.as_fd());
+            return Err(Refusal::Fail(format!("statx: {e}")));
+        }
+    };
+    if meta_now.dev != m.dev || meta_now.ino != m.ino {
+        let _ = sys::release_lease(fd.as_fd());
+        return Err(Refusal::Skip(
+            SkipReason::Vanished,
+            "replaced while opening".into(),
+        ));
+    }
+    Ok(Opened {
+        fd,
+        meta: meta_now,
+        fs,
+        leased,
+    })
+}

@@ -1,0 +1,222 @@
+//! The refresh engine: rewrites a file's data in place with the same bytes,
+//! through O_DIRECT and io_uring, throttled, under the safety contract.
+//!
+//! An [`Engine`] owns one I/O thread with its ring, its registered buffers
+//! and its throttle; files are sent to it one at a time. Typically there is
+//! one engine per physical drive.
+
+pub mod backend;
+pub mod buffers;
+pub mod exec;
+pub mod guard;
+pub mod inplace;
+pub mod plan;
+pub mod report;
+pub mod sys;
+pub mod throttle;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+
+pub use backend::{BackendChoice, BackendKind};
+pub use guard::Target;
+pub use report::{FileReport, Outcome, SkipReason};
+
+use buffers::BufferPool;
+
+/// Default chunk: large enough for full device bandwidth, small enough to
+/// stop quickly on a lease break.
+pub const DEFAULT_CHUNK: u64 = 1 << 20;
+/// Default number of chunks in flight.
+pub const DEFAULT_DEPTH: usize = 8;
+
+/// Test-only switches that turn single guards off, so that tests can show
+/// what each guard protects. Never set by the command line or the config.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnsafeSwitches {
+    /// Do not take the write lease: concurrent writes can be lost.
+    pub no_lease: bool,
+    /// Write holes and unwritten extents too: allocation changes.
+    pub write_holes: bool,
+    /// Write the unaligned tail as a full direct block: the file grows.
+    pub direct_tail: bool,
+    /// Do not restore atime/mtime.
+    pub no_time_restore: bool,
+    /// Do not check free space on copy-on-write filesystems.
+    pub no_space_check: bool,
+    /// Write buffers whose read failed.
+    pub write_failed_reads: bool,
+}
+
+/// How an engine refreshes files.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Bytes per second, or unthrottled.
+    pub rate: Option<u64>,
+    /// Largest chunk (a power of two ≥ 4096).
+    pub chunk: u64,
+    /// Chunks in flight.
+    pub depth: usize,
+    pub backend: BackendChoice,
+    /// Read every written chunk back and compare.
+    pub verify: bool,
+    /// Check and plan only.
+    pub dry_run: bool,
+    /// Rewrite shared (reflinked, snapshotted) extents too.
+    pub rewrite_shared: bool,
+    /// Keep at least this much free space on copy-on-write filesystems
+    /// (default: 5 % of the filesystem).
+    pub min_free: Option<u64>,
+    /// Set to stop after in-flight I/O (Ctrl-C, shutdown).
+    pub cancel: Arc<AtomicBool>,
+    #[doc(hidden)]
+    pub unsafe_switches: UnsafeSwitches,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            rate: None,
+            chunk: DEFAULT_CHUNK,
+            depth: DEFAULT_DEPTH,
+            backend: BackendChoice::Auto,
+            verify: false,
+            dry_run: false,
+            rewrite_shared: false,
+            min_free: None,
+            cancel: Arc::new(AtomicBool::new(false)),
+            unsafe_switches: UnsafeSwitches::default(),
+        }
+    }
+}
+
+/// Error starting an engine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("setting up io_uring: {0}")]
+    Backend(#[source] std::io::Error),
+    #[error("invalid engine settings: {0}")]
+    Config(String),
+    #[error("starting the I/O thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// Progress callback: bytes just refreshed.
+pub type Progress = Box<dyn FnMut(u64) + Send>;
+
+struct Job {
+    target: Target,
+    progress: Option<Progress>,
+    reply: mpsc::Sender<FileReport>,
+}
+
+/// An I/O thread with its ring, buffers and throttle.
+#[derive(Debug)]
+pub struct Engine {
+    tx: Option<mpsc::Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    backend: BackendKind,
+    fallback: Option<String>,
+}
+
+impl Engine {
+    pub fn start(cfg: EngineConfig) -> Result<Engine, EngineError> {
+        if cfg.chunk < 4096 || !cfg.chunk.is_power_of_two() {
+            return Err(EngineError::Config(format!(
+                "chunk {} must be a power of two ≥ 4096",
+                cfg.chunk
+            )));
+        }
+        if cfg.depth == 0 || cfg.depth > 256 {
+            return Err(EngineError::Config(format!(
+                "depth {} must be 1..=256",
+                cfg.depth
+            )));
+        }
+        sys::ignore_sigio();
+        let buffers = cfg.depth * if cfg.verify { 2 } else { 1 };
+        let chunk = usize::try_from(cfg.chunk)
+            .map_err(|_| EngineError::Config("chunk too large".into()))?;
+        let pool = BufferPool::new(buffers, chunk);
+        let (backend, fallback) =
+            backend::open_backend(cfg.backend, pool).map_err(EngineError::Backend)?;
+        let kind = backend.kind();
+        if let Some(why) = &fallback {
+            tracing::warn!("{why}");
+        }
+        let (tx, rx) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("refreshd-io".into())
+            .spawn(move || {
+                let mut ctx = inplace::Ctx::new(backend, &cfg);
+                for mut job in rx {
+                    let report =
+                        inplace::refresh_file(&mut ctx, &job.target, &cfg, job.progress.as_mut());
+                    let _ = job.reply.send(report);
+                }
+            })
+            .map_err(EngineError::Thread)?;
+        Ok(Engine {
+            tx: Some(tx),
+            thread: Some(thread),
+            backend: kind,
+            fallback,
+        })
+    }
+
+    /// Which backend the engine uses.
+    pub fn backend(&self) -> BackendKind {
+        self.backend
+    }
+
+    /// Why io_uring is not used, if it is not.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    /// Queues a file; the report arrives on the returned channel.
+    pub fn submit(&self, target: Target, progress: Option<Progress>) -> mpsc::Receiver<FileReport> {
+        let (reply, rx) = mpsc::channel();
+        let display = target.display.clone();
+        let job = Job {
+            target,
+            progress,
+            reply,
+        };
+        if let Some(tx) = &self.tx {
+            if let Err(mpsc::SendError(job)) = tx.send(job) {
+                let _ = job.reply.send(FileReport::new(
+                    display,
+                    Outcome::Failed {
+                        reason: "the I/O thread has stopped".into(),
+                    },
+                ));
+            }
+        }
+        rx
+    }
+
+    /// Refreshes one file and waits for the result.
+    pub fn refresh(&self, target: Target, progress: Option<Progress>) -> FileReport {
+        let display = target.display.clone();
+        self.submit(target, progress).recv().unwrap_or_else(|_| {
+            FileReport::new(
+                display,
+                Outcome::Failed {
+                    reason: "the I/O thread has stopped".into(),
+                },
+            )
+        })
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

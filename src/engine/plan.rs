@@ -1,0 +1,442 @@
+//! Which byte ranges of a file get rewritten, cut into chunks.
+//!
+//! Only bytes that are both data for `SEEK_DATA`/`SEEK_HOLE` and in a plain
+//! written extent for FIEMAP are planned: holes, unwritten, delayed, inline,
+//! encoded and (by default) shared extents are never written. Aligned middles
+//! go through O_DIRECT; unaligned heads and tails (the last bytes before EOF)
+//! are rewritten through the page cache, exactly, so the file never grows.
+
+use std::io;
+use std::ops::Range;
+use std::os::fd::BorrowedFd;
+
+use serde::Serialize;
+
+use super::sys::{self, Extent};
+
+/// One unit of I/O: read these bytes, write the same bytes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    pub offset: u64,
+    pub len: u64,
+    /// O_DIRECT (aligned) or through the page cache (unaligned piece).
+    pub direct: bool,
+}
+
+impl Chunk {
+    pub fn end(&self) -> u64 {
+        self.offset + self.len
+    }
+}
+
+/// Bytes left out of the plan, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Excluded {
+    /// Preallocated, never written (`fallocate`): reads as zeros.
+    pub unwritten: u64,
+    /// Shared with another file or snapshot (reflink).
+    pub shared: u64,
+    /// Stored inside metadata (inline data, tails packed with others).
+    pub inline: u64,
+    /// Compressed or otherwise encoded on disk.
+    pub encoded: u64,
+    /// Delayed allocation or unknown location.
+    pub delalloc: u64,
+}
+
+impl Excluded {
+    pub fn total(&self) -> u64 {
+        self.unwritten + self.shared + self.inline + self.encoded + self.delalloc
+    }
+}
+
+/// How to plan one file.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanParams {
+    pub size: u64,
+    /// Direct-I/O offset and length alignment (a power of two).
+    pub align: u64,
+    /// Largest direct chunk (a multiple of `align`).
+    pub chunk: u64,
+    /// Rewrite shared extents too (unshares them: costs space).
+    pub rewrite_shared: bool,
+    /// Test-only: ignore holes and extent flags, plan `[0, size)` whole.
+    pub unsafe_write_holes: bool,
+    /// Test-only: write the tail as a full aligned direct block (grows the file).
+    pub unsafe_direct_tail: bool,
+}
+
+/// The plan for one file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub chunks: Vec<Chunk>,
+    pub excluded: Excluded,
+}
+
+impl Plan {
+    pub fn bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.len).sum()
+    }
+}
+
+/// Data ranges per `SEEK_DATA`/`SEEK_HOLE`, clamped to `size`.
+pub fn seek_data_ranges(fd: BorrowedFd<'_>, size: u64) -> io::Result<Vec<Range<u64>>> {
+    use rustix::fs::{seek, SeekFrom};
+    let mut out = Vec::new();
+    let mut pos = 0u64;
+    while pos < size {
+        let start = match seek(fd, SeekFrom::Data(pos)) {
+            Ok(s) => s,
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        if start >= size {
+            break;
+        }
+        let end = seek(fd, SeekFrom::Hole(start))?.min(size);
+        if end <= start {
+            break;
+        }
+        out.push(start..end);
+        pos = end;
+    }
+    Ok(out)
+}
+
+/// Builds the plan from the two views of the file's layout.
+pub fn plan(params: &PlanParams, seek_data: &[Range<u64>], extents: &[Extent]) -> Plan {
+    assert!(
+        params.align.is_power_of_two(),
+        "alignment must be a power of two"
+    );
+    assert!(
+        params.chunk >= params.align && params.chunk % params.align == 0,
+        "chunk must be a multiple of the alignment"
+    );
+    let size = params.size;
+    let mut excluded = Excluded::default();
+    let data: Vec<Range<u64>> = if params.unsafe_write_holes {
+        if size > 0 {
+            vec![0..size]
+        } else {
+            vec![]
+        }
+    } else {
+        let mut allowed = Vec::new();
+        for e in extents {
+            let r = e.logical.min(size)..e.logical.saturating_add(e.length).min(size);
+            if r.is_empty() {
+                continue;
+            }
+            let len = r.end - r.start;
+            let f = e.flags;
+            if f & sys::FIEMAP_EXTENT_UNWRITTEN != 0 {
+                excluded.unwritten += len;
+            } else if f & (sys::FIEMAP_EXTENT_DELALLOC | sys::FIEMAP_EXTENT_UNKNOWN) != 0 {
+                excluded.delalloc += len;
+            } else if f
+                & (sys::FIEMAP_EXTENT_DATA_INLINE
+                    | sys::FIEMAP_EXTENT_NOT_ALIGNED
+                    | sys::FIEMAP_EXTENT_DATA_TAIL)
+                != 0
+            {
+                excluded.inline += len;
+            } else if f & sys::FIEMAP_EXTENT_ENCODED != 0 {
+                excluded.encoded += len;
+            } else if f & sys::FIEMAP_EXTENT_SHARED != 0 && !params.rewrite_shared {
+                excluded.shared += len;
+            } else {
+                allowed.push(r);
+            }
+        }
+        intersect(&normalize(seek_data.to_vec()), &normalize(allowed))
+    };
+
+    let mut chunks = Vec::new();
+    let a = params.align;
+    for r in data {
+        let (s, mut e) = (r.start, r.end);
+        if params.unsafe_direct_tail && e == size {
+            e = round_up(e, a);
+        }
+        let head_end = round_up(s, a);
+        let tail_start = round_down(e, a);
+        if head_end >= tail_start {
+            chunks.push(Chunk {
+                offset: s,
+                len: e - s,
+                direct: false,
+            });
+            continue;
+        }
+        if s < head_end {
+            chunks.push(Chunk {
+                offset: s,
+                len: head_end - s,
+                direct: false,
+            });
+        }
+        let mut off = head_end;
+        while off < tail_start {
+            let next = ((off / params.chunk) + 1) * params.chunk;
+            let end = next.min(tail_start);
+            chunks.push(Chunk {
+                offset: off,
+                len: end - off,
+                direct: true,
+            });
+            off = end;
+        }
+        if tail_start < e {
+            chunks.push(Chunk {
+                offset: tail_start,
+                len: e - tail_start,
+                direct: false,
+            });
+        }
+    }
+    Plan { chunks, excluded }
+}
+
+/// Sorts and merges overlapping or touching ranges; drops empty ones.
+pub fn normalize(mut v: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    v.retain(|r| r.start < r.end);
+    v.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(v.len());
+    for r in v {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// Intersection of two normalized range lists.
+pub fn intersect(a: &[Range<u64>], b: &[Range<u64>]) -> Vec<Range<u64>> {
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    while i < a.len() && j < b.len() {
+        let s = a[i].start.max(b[j].start);
+        let e = a[i].end.min(b[j].end);
+        if s < e {
+            out.push(s..e);
+        }
+        if a[i].end < b[j].end {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+pub fn round_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+pub fn round_down(x: u64, a: u64) -> u64 {
+    x / a * a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn params(size: u64, align: u64, chunk: u64) -> PlanParams {
+        PlanParams {
+            size,
+            align,
+            chunk,
+            rewrite_shared: false,
+            unsafe_write_holes: false,
+            unsafe_direct_tail: false,
+        }
+    }
+
+    fn ext(logical: u64, length: u64, flags: u32) -> Extent {
+        Extent {
+            logical,
+            physical: logical + 1_000_000,
+            length,
+            flags,
+        }
+    }
+
+    #[test]
+    fn tail_is_exact_and_buffered() {
+        let p = plan(
+            &params(10_000, 4096, 8192),
+            &[0..10_000],
+            &[ext(0, 12_288, 0)],
+        );
+        assert_eq!(
+            p.chunks,
+            vec![
+                Chunk {
+                    offset: 0,
+                    len: 8192,
+                    direct: true
+                },
+                Chunk {
+                    offset: 8192,
+                    len: 1808,
+                    direct: false
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn unwritten_shared_and_inline_are_excluded() {
+        let size = 5 * 4096;
+        let extents = [
+            ext(0, 4096, 0),
+            ext(4096, 4096, sys::FIEMAP_EXTENT_UNWRITTEN),
+            ext(8192, 4096, sys::FIEMAP_EXTENT_SHARED),
+            ext(12_288, 4096, sys::FIEMAP_EXTENT_ENCODED),
+            ext(
+                16_384,
+                4096,
+                sys::FIEMAP_EXTENT_DATA_INLINE | sys::FIEMAP_EXTENT_LAST,
+            ),
+        ];
+        let p = plan(&params(size, 4096, 1 << 20), &[0..size], &extents);
+        assert_eq!(
+            p.chunks,
+            vec![Chunk {
+                offset: 0,
+                len: 4096,
+                direct: true
+            }]
+        );
+        assert_eq!(p.excluded.unwritten, 4096);
+        assert_eq!(p.excluded.shared, 4096);
+        assert_eq!(p.excluded.encoded, 4096);
+        assert_eq!(p.excluded.inline, 4096);
+    }
+
+    #[test]
+    fn shared_extents_are_planned_when_asked() {
+        let mut pp = params(8192, 4096, 1 << 20);
+        pp.rewrite_shared = true;
+        let p = plan(&pp, &[0..8192], &[ext(0, 8192, sys::FIEMAP_EXTENT_SHARED)]);
+        assert_eq!(p.bytes(), 8192);
+    }
+
+    #[test]
+    fn unsafe_switches_break_the_layout() {
+        // The guard: a hole between two data blocks is not planned...
+        let safe = plan(
+            &params(12_288, 4096, 4096),
+            &[0..4096, 8192..12_288],
+            &[ext(0, 4096, 0), ext(8192, 4096, 0)],
+        );
+        assert_eq!(safe.bytes(), 8192);
+        // ...and switching it off plans the hole too.
+        let mut pp = params(12_288, 4096, 4096);
+        pp.unsafe_write_holes = true;
+        assert_eq!(plan(&pp, &[], &[]).bytes(), 12_288);
+        // A direct tail goes past EOF.
+        let mut pp = params(10_000, 4096, 4096);
+        pp.unsafe_direct_tail = true;
+        let p = plan(&pp, &[0..10_000], &[ext(0, 12_288, 0)]);
+        assert!(p.chunks.iter().any(|c| c.end() > 10_000));
+    }
+
+    /// Random layouts: SEEK_DATA ranges and non-overlapping FIEMAP extents
+    /// (as the kernel reports them) with assorted flags.
+    fn arb_layout() -> impl Strategy<Value = (u64, u64, u64, Vec<Range<u64>>, Vec<Extent>)> {
+        let flag = prop_oneof![
+            Just(0u32),
+            Just(0u32),
+            Just(sys::FIEMAP_EXTENT_MERGED),
+            Just(sys::FIEMAP_EXTENT_UNWRITTEN),
+            Just(sys::FIEMAP_EXTENT_SHARED),
+            Just(sys::FIEMAP_EXTENT_DATA_INLINE),
+            Just(sys::FIEMAP_EXTENT_ENCODED),
+        ];
+        (
+            0u32..4,
+            0u32..6,
+            1u64..300_000,
+            proptest::collection::vec((0u64..300_000, 1u64..40_000), 0..6),
+            proptest::collection::vec((0u64..20_000, 1u64..60_000, flag), 0..8),
+        )
+            .prop_map(|(align_pow, chunk_mul, size, ranges, exts)| {
+                let align = 512u64 << align_pow;
+                let chunk = align << chunk_mul;
+                let seek = normalize(
+                    ranges
+                        .into_iter()
+                        .map(|(s, l)| s.min(size)..(s + l).min(size))
+                        .collect(),
+                );
+                let mut pos = 0;
+                let extents = exts
+                    .into_iter()
+                    .map(|(gap, len, flags)| {
+                        let e = ext(pos + gap, len, flags);
+                        pos += gap + len;
+                        e
+                    })
+                    .collect();
+                (size, align, chunk, seek, extents)
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn chunks_cover_exactly_the_writable_data(
+            (size, align, chunk, seek, extents) in arb_layout()
+        ) {
+            let p = plan(&params(size, align, chunk), &seek, &extents);
+            let plain: Vec<Range<u64>> = extents.iter()
+                .filter(|e| e.flags & !sys::FIEMAP_EXTENT_MERGED == 0)
+                .map(|e| e.logical.min(size)..(e.logical + e.length).min(size))
+                .collect();
+            let expected = intersect(&seek, &normalize(plain));
+            let got = normalize(p.chunks.iter().map(|c| c.offset..c.end()).collect());
+            prop_assert_eq!(&got, &expected);
+            let mut prev_end = 0;
+            for c in &p.chunks {
+                prop_assert!(c.len > 0);
+                prop_assert!(c.offset >= prev_end, "chunks overlap or are unsorted");
+                prop_assert!(c.end() <= size, "chunk past EOF: {:?} size {}", c, size);
+                if c.direct {
+                    prop_assert_eq!(c.offset % align, 0);
+                    prop_assert_eq!(c.len % align, 0);
+                    prop_assert!(c.len <= chunk);
+                } else {
+                    prop_assert!(c.len < 2 * align);
+                }
+                prev_end = c.end();
+            }
+            let excluded: u64 = extents.iter()
+                .filter(|e| e.flags & !sys::FIEMAP_EXTENT_MERGED != 0)
+                .map(|e| (e.logical + e.length).min(size).saturating_sub(e.logical.min(size)))
+                .sum();
+            prop_assert_eq!(p.excluded.total(), excluded);
+        }
+
+        #[test]
+        fn extents_with_only_plain_flags_plan_their_data_exactly(
+            size in 1u64..200_000, align_pow in 0u32..4, holes in proptest::collection::vec((0u64..200_000, 1u64..20_000), 0..5)
+        ) {
+            let align = 512u64 << align_pow;
+            let hole_ranges = normalize(holes.into_iter().map(|(s, l)| s.min(size)..(s + l).min(size)).collect());
+            // data = [0,size) minus holes
+            let mut data = Vec::new();
+            let mut pos = 0;
+            for h in &hole_ranges { if h.start > pos { data.push(pos..h.start); } pos = pos.max(h.end); }
+            if pos < size { data.push(pos..size); }
+            let extents: Vec<Extent> = data.iter().map(|r| ext(r.start, r.end - r.start, 0)).collect();
+            let p = plan(&params(size, align, align * 4), &data, &extents);
+            let got = normalize(p.chunks.iter().map(|c| c.offset..c.end()).collect());
+            prop_assert_eq!(got, normalize(data));
+            // The last chunk never goes past EOF.
+            if let Some(last) = p.chunks.last() { prop_assert!(last.end() <= size); }
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! What happened to one file: the outcome, the bytes, and why.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::backend::BackendKind;
+use super::plan::Excluded;
+use super::sys::FsKind;
+use crate::units::format_size;
+
+/// Why a file was left alone. The names are stable (scripts, metrics labels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    InUse,
+    Symlink,
+    NotRegular,
+    OtherFilesystem,
+    UnsupportedFilesystem,
+    Immutable,
+    AppendOnly,
+    Swapfile,
+    RunningExecutable,
+    NoDirectIo,
+    NoData,
+    Shared,
+    HardLink,
+    LowSpace,
+    Vanished,
+    StrategyUnavailable,
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::InUse => "in use",
+            SkipReason::Symlink => "symlink",
+            SkipReason::NotRegular => "not a regular file",
+            SkipReason::OtherFilesystem => "other filesystem",
+            SkipReason::UnsupportedFilesystem => "unsupported filesystem",
+            SkipReason::Immutable => "immutable",
+            SkipReason::AppendOnly => "append-only",
+            SkipReason::Swapfile => "swap file",
+            SkipReason::RunningExecutable => "running executable",
+            SkipReason::NoDirectIo => "no direct I/O",
+            SkipReason::NoData => "no data to refresh",
+            SkipReason::Shared => "shared extents",
+            SkipReason::HardLink => "hard link already seen",
+            SkipReason::LowSpace => "low free space",
+            SkipReason::Vanished => "vanished",
+            SkipReason::StrategyUnavailable => "strategy unavailable",
+        }
+    }
+}
+
+/// How a file ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    Refreshed,
+    /// `--dry-run`: everything was checked, nothing written.
+    WouldRefresh,
+    Skipped {
+        reason: SkipReason,
+        detail: String,
+    },
+    /// Stopped early (lease break, cancel, low space); resume at `offset`.
+    Interrupted {
+        offset: u64,
+        reason: String,
+    },
+    Failed {
+        reason: String,
+    },
+}
+
+/// An unreadable range: never written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReadError {
+    pub offset: u64,
+    pub len: u64,
+    pub error: String,
+}
+
+/// The result for one file.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileReport {
+    pub path: PathBuf,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    pub strategy: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filesystem: Option<FsKind>,
+    pub size: u64,
+    pub bytes_planned: u64,
+    pub bytes_refreshed: u64,
+    pub excluded: Excluded,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_errors: Vec<ReadError>,
+    pub verified: bool,
+    pub elapsed_s: f64,
+    #[serde(skip)]
+    pub dev_ino: Option<(u64, u64)>,
+}
+
+impl FileReport {
+    pub fn new(path: PathBuf, outcome: Outcome) -> FileReport {
+        FileReport {
+            path,
+            outcome,
+            strategy: "inplace",
+            backend: None,
+            filesystem: None,
+            size: 0,
+            bytes_planned: 0,
+            bytes_refreshed: 0,
+            excluded: Excluded::default(),
+            read_errors: vec![],
+            verified: false,
+            elapsed_s: 0.0,
+            dev_ino: None,
+        }
+    }
+
+    pub fn skipped(path: PathBuf, reason: SkipReason, detail: impl Into<String>) -> FileReport {
+        FileReport::new(
+            path,
+            Outcome::Skipped {
+                reason,
+                detail: detail.into(),
+            },
+        )
+    }
+
+    pub fn is_failure(&self) -> bool {
+        matches!(self.outcome, Outcome::Failed { .. })
+    }
+
+    /// One line for people: `refreshed /a (64.0 MiB in 0.31 s)`.
+    pub fn human_line(&self) -> String {
+        let p = self.path.display();
+        let extra = self.exclusion_note();
+        match &self.outcome {
+            Outcome::Refreshed => {
+                let mbps = if self.elapsed_s > 0.0 {
+                    self.bytes_refreshed as f64 / self.elapsed_s
+                } else {
+                    0.0
+                };
+                format!(
+                    "refreshed   {p} ({} in {:.2} s, {}/s{}{extra})",
+                    format_size(self.bytes_refreshed),
+                    self.elapsed_s,
+                    format_size(mbps as u64),
+                    if self.verified { ", verified" } else { "" },
+                )
+            }
+            Outcome::WouldRefresh => {
+                format!(
+                    "would refresh {p} ({}{extra})",
+                    format_size(self.bytes_planned)
+                )
+            }
+            Outcome::Skipped { reason, detail } => {
+                format!("skipped     {p}: {}: {detail}", reason.as_str())
+            }
+            Outcome::Interrupted { offset, reason } => format!(
+                "interrupted {p} at offset {offset}: {reason} ({} refreshed)",
+                format_size(self.bytes_refreshed)
+            ),
+            Outcome::Failed { reason } => format!("failed      {p}: {reason}"),
+        }
+    }
+
+    fn exclusion_note(&self) -> String {
+        let e = &self.excluded;
+        let mut parts = vec![];
+        for (n, what) in [
+            (e.unwritten, "unwritten"),
+            (e.shared, "shared"),
+            (e.inline, "inline"),
+            (e.encoded, "compressed"),
+            (e.delalloc, "delalloc"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{} {what}", format_size(n)));
+            }
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("; left alone: {}", parts.join(", "))
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! refreshd keeps data on drift-prone SSDs fast: it finds stale files and
+//! rewrites their data in place, with the same bytes, safely and throttled.
+//!
+//! - [`engine`]: the in-place refresh engine (io_uring, O_DIRECT, leases).
+//! - [`walk`]: command-line paths to refresh targets.
+//! - [`oneshot`]: `refreshd refresh`.
+//! - [`units`]: sizes, durations and rates for people.
+
+pub mod engine;
+pub mod oneshot;
+pub mod units;
+pub mod walk;
+
+/// Sets up logging: `-v`/`-q` pick the default level, `RUST_LOG` overrides.
+/// Plain lines to stderr; under systemd journald adds the timestamps.
+pub fn init_logging(verbosity: i8) {
+    use tracing_subscriber::EnvFilter;
+    let level = match verbosity {
+        i8::MIN..=-1 => "error",
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("refreshd={level}")));
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    let _ = if journald {
+        builder.without_time().with_ansi(false).try_init()
+    } else {
+        builder.try_init()
+    };
+}

@@ -1,0 +1,254 @@
+//! `refreshd refresh`: the one-shot, safe replacement for
+//! `dd if=f of=f conv=notrunc`. One line (or JSON object) per file, then a
+//! summary; exit 0 when nothing failed, 1 when a file failed, 2 for usage.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::engine::{BackendChoice, Engine, EngineConfig, FileReport, Outcome};
+use crate::units::format_size;
+use crate::walk;
+
+/// Refresh strategy, as on the command line and in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// In place under a lease; files in use are skipped (relocation is not
+    /// available yet).
+    #[default]
+    Auto,
+    /// In place under an exclusive write lease.
+    Inplace,
+    /// Kernel-mediated relocation (not available yet).
+    Relocate,
+}
+
+/// Options of `refreshd refresh`.
+#[derive(Debug, Clone)]
+pub struct RefreshOptions {
+    pub paths: Vec<PathBuf>,
+    pub rate: Option<u64>,
+    pub strategy: Strategy,
+    pub dry_run: bool,
+    pub json: bool,
+    pub verify: bool,
+    pub chunk: u64,
+    pub depth: usize,
+    pub backend: BackendChoice,
+    pub include_shared: bool,
+    pub min_free: Option<u64>,
+    /// Show a progress bar (when stderr is a terminal).
+    pub progress: bool,
+}
+
+/// Errors that stop the command before any file is touched.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error(transparent)]
+    Path(#[from] walk::PathError),
+    #[error("strategy 'relocate' is not available in this version; use 'auto' or 'inplace'")]
+    StrategyUnavailable,
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
+}
+
+/// Totals over a run.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Summary {
+    pub files: u64,
+    pub refreshed: u64,
+    pub would_refresh: u64,
+    pub skipped: u64,
+    pub interrupted: u64,
+    pub failed: u64,
+    pub bytes_refreshed: u64,
+    pub bytes_planned: u64,
+    pub read_errors: u64,
+    pub elapsed_s: f64,
+    pub bytes_per_second: f64,
+    pub backend: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_note: Option<String>,
+}
+
+impl Summary {
+    fn add(&mut self, r: &FileReport) {
+        self.files += 1;
+        self.bytes_refreshed += r.bytes_refreshed;
+        self.bytes_planned += r.bytes_planned;
+        self.read_errors += r.read_errors.len() as u64;
+        match r.outcome {
+            Outcome::Refreshed => self.refreshed += 1,
+            Outcome::WouldRefresh => self.would_refresh += 1,
+            Outcome::Skipped { .. } => self.skipped += 1,
+            Outcome::Interrupted { .. } => self.interrupted += 1,
+            Outcome::Failed { .. } => self.failed += 1,
+        }
+    }
+
+    pub fn human(&self) -> String {
+        let mut parts = vec![format!("{} refreshed", self.refreshed)];
+        if self.would_refresh > 0 {
+            parts = vec![format!(
+                "{} would be refreshed ({})",
+                self.would_refresh,
+                format_size(self.bytes_planned)
+            )];
+        }
+        for (n, what) in [
+            (self.skipped, "skipped"),
+            (self.interrupted, "interrupted"),
+            (self.failed, "failed"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {what}"));
+            }
+        }
+        format!(
+            "{} file(s): {}; {} in {:.2} s ({}/s) via {}",
+            self.files,
+            parts.join(", "),
+            format_size(self.bytes_refreshed),
+            self.elapsed_s,
+            format_size(self.bytes_per_second as u64),
+            self.backend
+        )
+    }
+}
+
+/// Runs the command; returns the exit code (0 or 1) or a usage error (2).
+pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageError> {
+    if opts.strategy == Strategy::Relocate {
+        return Err(UsageError::StrategyUnavailable);
+    }
+    let walked = walk::walk(&opts.paths)?;
+    let cfg = EngineConfig {
+        rate: opts.rate,
+        chunk: opts.chunk,
+        depth: opts.depth,
+        backend: opts.backend,
+        verify: opts.verify,
+        dry_run: opts.dry_run,
+        rewrite_shared: opts.include_shared,
+        min_free: opts.min_free,
+        cancel: cancel.clone(),
+        unsafe_switches: Default::default(),
+    };
+    let engine = Engine::start(cfg)?;
+    let start = Instant::now();
+    let mut summary = Summary {
+        backend: engine.backend().name(),
+        backend_note: engine.fallback_reason().map(str::to_string),
+        ..Summary::default()
+    };
+    let total: u64 = walked.targets.iter().map(|(_, size)| size).sum();
+    let bar = if opts.progress && std::io::stderr().is_terminal() && !opts.dry_run {
+        let pb = ProgressBar::new(total);
+        pb.set_style(
+            ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {wide_msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Some(pb)
+    } else {
+        None
+    };
+    let mut stdout = std::io::stdout().lock();
+    let mut emit = |r: &FileReport, summary: &mut Summary| {
+        summary.add(r);
+        let line = if opts.json {
+            serde_json::to_string(r).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        } else {
+            r.human_line()
+        };
+        match &bar {
+            Some(pb) => pb.suspend(|| {
+                let _ = writeln!(stdout, "{line}");
+            }),
+            None => {
+                let _ = writeln!(stdout, "{line}");
+            }
+        }
+    };
+    for r in &walked.reports {
+        emit(r, &mut summary);
+    }
+    for (target, size) in walked.targets {
+        if cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        if let Some(pb) = &bar {
+            pb.set_message(target.display.display().to_string());
+        }
+        let progress = bar
+            .clone()
+            .map(|pb| Box::new(move |n: u64| pb.inc(n)) as crate::engine::Progress);
+        let before = bar.as_ref().map(|pb| pb.position());
+        let report = engine.refresh(target, progress);
+        if let (Some(pb), Some(before)) = (&bar, before) {
+            // Skipped bytes count as handled for the bar.
+            pb.set_position(before + size.max(report.bytes_refreshed));
+        }
+        emit(&report, &mut summary);
+    }
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    summary.elapsed_s = start.elapsed().as_secs_f64();
+    summary.bytes_per_second = if summary.elapsed_s > 0.0 {
+        summary.bytes_refreshed as f64 / summary.elapsed_s
+    } else {
+        0.0
+    };
+    if opts.json {
+        let _ = writeln!(stdout, "{}", serde_json::json!({ "summary": summary }));
+    } else {
+        let _ = writeln!(stdout, "{}", summary.human());
+        if let Some(note) = &summary.backend_note {
+            let _ = writeln!(stdout, "note: {note}");
+        }
+    }
+    let cancelled = cancel.load(Ordering::Relaxed);
+    Ok(if summary.failed > 0 || cancelled {
+        1
+    } else {
+        0
+    })
+}
+
+static CANCEL: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    if let Some(c) = CANCEL.get() {
+        c.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The first SIGINT/SIGTERM asks the engine to stop after in-flight I/O
+/// (timestamps restored, lease released); a second one kills at once.
+pub fn install_cancel_handler() -> Arc<AtomicBool> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let flag = CANCEL
+        .get_or_init(|| Arc::new(AtomicBool::new(false)))
+        .clone();
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESETHAND,
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only performs an atomic store.
+        if let Err(e) = unsafe { sigaction(sig, &action) } {
+            tracing::warn!("installing the {sig} handler: {e}");
+        }
+    }
+    flag
+}

@@ -1,0 +1,262 @@
+//! Test helpers: root gating, loop-mounted filesystems that clean up on
+//! every path, file fingerprints (content, size, blocks, holes, times,
+//! mode, xattrs), and running the real binary.
+
+#![allow(dead_code)]
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use refreshd::engine::plan::seek_data_ranges;
+
+/// True when privileged tests may run. Without root they skip with a
+/// printed reason, unless `REFRESHD_REQUIRE_PRIVILEGED_TESTS=1` (CI), where
+/// they fail instead.
+pub fn privileged(test: &str) -> bool {
+    let root = nix::unistd::Uid::effective().is_root();
+    let have_loop = Path::new("/dev/loop-control").exists();
+    if root && have_loop {
+        return true;
+    }
+    let why = if !root {
+        "not root"
+    } else {
+        "no /dev/loop-control"
+    };
+    if std::env::var("REFRESHD_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
+        panic!(
+            "{test}: privileged test cannot run ({why}) but REFRESHD_REQUIRE_PRIVILEGED_TESTS=1"
+        );
+    }
+    eprintln!("SKIPPED {test}: needs root and loop devices ({why})");
+    false
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A filesystem on a loop device over a sparse image in a temp dir.
+/// Drop unmounts, detaches and deletes, also when the test panics.
+pub struct LoopFs {
+    pub dir: tempfile::TempDir,
+    pub mnt: PathBuf,
+    pub dev: String,
+    pub kind: &'static str,
+    mounted: bool,
+}
+
+impl LoopFs {
+    pub fn new(kind: &'static str, size_mib: u64) -> LoopFs {
+        Self::with_options(kind, size_mib, false)
+    }
+
+    /// `direct_io`: the loop device bypasses the host page cache.
+    pub fn with_options(kind: &'static str, size_mib: u64, direct_io: bool) -> LoopFs {
+        let dir = tempfile::Builder::new()
+            .prefix("refreshd-test-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let img = dir.path().join("disk.img");
+        File::create(&img).unwrap().set_len(size_mib << 20).unwrap();
+        let mut cmd = Command::new("losetup");
+        cmd.args(["--find", "--show"]);
+        if direct_io {
+            cmd.arg("--direct-io=on");
+        }
+        let out = run(cmd.arg(&img));
+        let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        // From here on Drop cleans up.
+        let mut me = LoopFs {
+            dir,
+            mnt,
+            dev,
+            kind,
+            mounted: false,
+        };
+        let mkfs = match kind {
+            "ext4" => vec!["mkfs.ext4", "-q", "-F", "-O", "^has_journal"],
+            "ext4j" => vec!["mkfs.ext4", "-q", "-F"],
+            "xfs" => vec!["mkfs.xfs", "-q", "-f"],
+            "btrfs" => vec!["mkfs.btrfs", "-q", "-f"],
+            other => panic!("unknown filesystem {other}"),
+        };
+        run(Command::new(mkfs[0]).args(&mkfs[1..]).arg(&me.dev));
+        run(Command::new("mount").arg(&me.dev).arg(&me.mnt));
+        me.mounted = true;
+        me
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// Sectors written to the loop device so far (`/sys/block/loopN/stat`).
+    pub fn bytes_written(&self) -> u64 {
+        let name = Path::new(&self.dev).file_name().unwrap().to_str().unwrap();
+        let stat = fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
+        let sectors: u64 = stat.split_whitespace().nth(6).unwrap().parse().unwrap();
+        sectors * 512
+    }
+
+    /// Flushes everything, so counters and layouts are settled.
+    pub fn sync(&self) {
+        let f = File::open(&self.mnt).unwrap();
+        nix::unistd::syncfs(&f).unwrap();
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        if self.mounted {
+            let ok = Command::new("umount")
+                .arg(&self.mnt)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !ok {
+                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+            }
+        }
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+    }
+}
+
+/// Deterministic, position-dependent content.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub fn write_file(path: &Path, data: &[u8]) {
+    let mut f = File::create(path).unwrap();
+    f.write_all(data).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// Everything the safety contract says must not change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint {
+    pub hash: u64,
+    pub size: u64,
+    pub blocks: u64,
+    pub data_ranges: Vec<std::ops::Range<u64>>,
+    pub mtime: (i64, i64),
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub xattrs: Vec<(String, Vec<u8>)>,
+}
+
+pub fn fingerprint(path: &Path) -> Fingerprint {
+    let data = fs::read(path).unwrap();
+    let md = fs::symlink_metadata(path).unwrap();
+    let f = File::open(path).unwrap();
+    let data_ranges = seek_data_ranges(std::os::fd::AsFd::as_fd(&f), md.len()).unwrap();
+    Fingerprint {
+        hash: xxhash_rust::xxh3::xxh3_64(&data),
+        size: md.len(),
+        blocks: md.blocks(),
+        data_ranges,
+        mtime: (md.mtime(), md.mtime_nsec()),
+        mode: md.permissions().mode(),
+        uid: md.uid(),
+        gid: md.gid(),
+        xattrs: xattrs(path),
+    }
+}
+
+pub fn xattrs(path: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut names = vec![0u8; 4096];
+    let n = rustix::fs::listxattr(path, &mut names).unwrap();
+    let mut out: Vec<(String, Vec<u8>)> = names[..n]
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|name| {
+            let name = String::from_utf8_lossy(name).to_string();
+            let mut v = vec![0u8; 4096];
+            let m = rustix::fs::getxattr(path, name.as_str(), &mut v).unwrap();
+            v.truncate(m);
+            (name, v)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+pub fn set_mtime(path: &Path, secs: i64, nsec: i64) {
+    let ts = rustix::fs::Timespec {
+        tv_sec: secs,
+        tv_nsec: nsec,
+    };
+    let times = rustix::fs::Timestamps {
+        last_access: ts,
+        last_modification: ts,
+    };
+    rustix::fs::utimensat(rustix::fs::CWD, path, &times, rustix::fs::AtFlags::empty()).unwrap();
+}
+
+/// The `refreshd` binary built for this test run.
+pub fn refreshd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_refreshd"))
+}
+
+/// Runs `refreshd refresh --json ARGS`; returns (exit code, per-file
+/// objects by path, summary).
+pub fn refresh_json(
+    args: &[&str],
+    paths: &[&Path],
+) -> (i32, Vec<serde_json::Value>, serde_json::Value) {
+    let out = refreshd()
+        .arg("refresh")
+        .arg("--json")
+        .args(args)
+        .args(paths)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let mut files = vec![];
+    let mut summary = serde_json::Value::Null;
+    for line in stdout.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| {
+            panic!(
+                "bad JSON line {line:?}: {e}\nstderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        if let Some(s) = v.get("summary") {
+            summary = s.clone();
+        } else {
+            files.push(v);
+        }
+    }
+    (out.status.code().unwrap_or(-1), files, summary)
+}
+
+pub fn status_of<'a>(files: &'a [serde_json::Value], path: &Path) -> &'a serde_json::Value {
+    files
+        .iter()
+        .find(|v| v["path"].as_str() == Some(path.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("no report for {}: {files:#?}", path.display()))
+}

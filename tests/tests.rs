@@ -1,0 +1,7 @@
+//! Integration tests: one binary, modules by area. Tests named
+//! `privileged_*` need root and loop devices; they skip with a printed
+//! reason elsewhere and fail when REFRESHD_REQUIRE_PRIVILEGED_TESTS=1.
+#![allow(clippy::unwrap_used)]
+
+mod helpers;
+mod layout;
