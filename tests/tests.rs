@@ -3,5 +3,9 @@
 //! reason elsewhere and fail when REFRESHD_REQUIRE_PRIVILEGED_TESTS=1.
 #![allow(clippy::unwrap_used)]
 
+mod cli;
+mod guards;
 mod helpers;
 mod layout;
+mod lease;
+mod skips;

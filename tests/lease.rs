@@ -1,0 +1,156 @@
+//! No lost updates: during a slow refresh another process opens the file and
+//! writes version-stamped blocks. With the lease every stamp survives and
+//! the opener waits well under a second; with the lease switched off (test
+//! switch) stamps are lost. Truncation mid-refresh leaves exactly the
+//! truncated file.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use crate::helpers::*;
+use refreshd::engine::{Engine, EngineConfig, FileReport, Outcome, Target, UnsafeSwitches};
+
+const SIZE: usize = 16 << 20;
+const BLOCK: usize = 4096;
+
+/// Every 4 KiB block carries "v<version> block <i>" and filler.
+fn stamped(version: u32) -> Vec<u8> {
+    let mut out = pattern(SIZE, 1000 + u64::from(version));
+    for (i, block) in out.chunks_mut(BLOCK).enumerate() {
+        let stamp = format!("v{version} block {i:08}");
+        block[..stamp.len()].copy_from_slice(stamp.as_bytes());
+    }
+    out
+}
+
+/// Starts a slow refresh (2 MiB/s) of `file` in-process.
+fn slow_refresh(file: &Path, switches: UnsafeSwitches) -> (Engine, Receiver<FileReport>) {
+    let cfg = EngineConfig {
+        rate: Some(2 << 20),
+        chunk: 256 << 10,
+        depth: 4,
+        unsafe_switches: switches,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::start(cfg).unwrap();
+    let rx = engine.submit(Target::for_path(file).unwrap(), None);
+    (engine, rx)
+}
+
+/// Writes the version-1 stamps over the file with another process (dd),
+/// returns how long dd took (it first waits in open() for the lease).
+fn write_stamps(dir: &Path, file: &Path) -> Duration {
+    let stamps: PathBuf = dir.join("stamps");
+    std::fs::write(&stamps, stamped(1)).unwrap();
+    let t = Instant::now();
+    run(Command::new("dd")
+        .arg(format!("if={}", stamps.display()))
+        .arg(format!("of={}", file.display()))
+        .args(["bs=64K", "conv=notrunc", "status=none"]));
+    t.elapsed()
+}
+
+fn lost_stamps(file: &Path) -> usize {
+    let now = std::fs::read(file).unwrap();
+    let want = stamped(1);
+    now.chunks(BLOCK)
+        .zip(want.chunks(BLOCK))
+        .filter(|(a, b)| a != b)
+        .count()
+}
+
+#[test]
+fn privileged_lease_protects_a_concurrent_writer() {
+    if !privileged("privileged_lease_protects_a_concurrent_writer") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    let file = fs.path("live");
+    write_file(&file, &stamped(0));
+    fs.sync();
+    let (_engine, rx) = slow_refresh(&file, UnsafeSwitches::default());
+    std::thread::sleep(Duration::from_millis(1500));
+    let waited = write_stamps(fs.dir.path(), &file);
+    let report = rx.recv().unwrap();
+    match &report.outcome {
+        Outcome::Interrupted { offset, reason } => {
+            assert!(*offset > 0 && *offset < SIZE as u64, "offset {offset}");
+            assert!(reason.contains("opened"), "{reason}");
+        }
+        other => panic!("expected an interrupted refresh, got {other:?}"),
+    }
+    // The lease is released at once (the kernel would wait 45 s).
+    assert!(
+        waited < Duration::from_secs(1),
+        "the writer waited {waited:?} for the lease"
+    );
+    assert_eq!(lost_stamps(&file), 0, "stamps were lost despite the lease");
+}
+
+#[test]
+fn privileged_without_the_lease_concurrent_writes_are_lost() {
+    if !privileged("privileged_without_the_lease_concurrent_writes_are_lost") {
+        return;
+    }
+    // The same scenario with the guard switched off: the engine writes back
+    // chunks it read before the writer wrote them.
+    let fs = LoopFs::new("ext4", 256);
+    let file = fs.path("live");
+    write_file(&file, &stamped(0));
+    fs.sync();
+    let switches = UnsafeSwitches {
+        no_lease: true,
+        ..UnsafeSwitches::default()
+    };
+    let (_engine, rx) = slow_refresh(&file, switches);
+    std::thread::sleep(Duration::from_millis(1500));
+    write_stamps(fs.dir.path(), &file);
+    let report = rx.recv().unwrap();
+    assert_eq!(
+        report.outcome,
+        Outcome::Refreshed,
+        "without the lease nothing stops it"
+    );
+    let lost = lost_stamps(&file);
+    assert!(
+        lost > 0,
+        "expected lost updates without the lease, found none"
+    );
+    eprintln!("without the lease, {lost} stamped blocks were overwritten with old data");
+}
+
+#[test]
+fn privileged_truncate_mid_refresh_leaves_the_truncated_file() {
+    if !privileged("privileged_truncate_mid_refresh_leaves_the_truncated_file") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    let file = fs.path("live");
+    let data = stamped(0);
+    write_file(&file, &data);
+    fs.sync();
+    let (_engine, rx) = slow_refresh(&file, UnsafeSwitches::default());
+    std::thread::sleep(Duration::from_millis(1000));
+    let t = Instant::now();
+    // truncate(2) by path from another process (coreutils' truncate opens
+    // with O_NONBLOCK and would fail instead of waiting for the lease).
+    run(Command::new("perl")
+        .args(["-e", "truncate($ARGV[0], 100000) or die \"truncate: $!\""])
+        .arg(&file));
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "truncate waited {:?}",
+        t.elapsed()
+    );
+    let report = rx.recv().unwrap();
+    assert!(
+        matches!(report.outcome, Outcome::Interrupted { .. }),
+        "{:?}",
+        report.outcome
+    );
+    let now = std::fs::read(&file).unwrap();
+    assert_eq!(now.len(), 100_000);
+    assert_eq!(now, data[..100_000]);
+}
