@@ -1,1 +1,232 @@
-fn main() {}
+//! Refresh throughput, side by side in one run, on a loop-mounted ext4
+//! (loop device with direct I/O, so the host disk is really hit):
+//!
+//! (a) `refreshd refresh` unthrottled,
+//! (b) `dd if=f of=f bs=1M conv=notrunc,fdatasync iflag=direct oflag=direct`,
+//! (c) the device limit: one O_DIRECT sequential read pass plus one write
+//!     pass of the same bytes, 32 requests of 1 MiB in flight.
+//!
+//! Runs alternate (a, b, c, then b, c, a, …); medians and ratios are
+//! printed. Then the throttle: `--rate` against the measured rate.
+//!
+//! `cargo bench` (root needed). `REFRESHD_BENCH_MIB` sets the file size
+//! (default 1024), `REFRESHD_BENCH_ROUNDS` the rounds (default 9), and
+//! `REFRESHD_BENCH_VARIANTS` extra engine settings to time alongside,
+//! separated by `;` (e.g. `--queue-depth 2;--queue-depth 32`).
+#![allow(clippy::unwrap_used)]
+
+#[path = "../tests/helpers/mod.rs"]
+mod helpers;
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use helpers::{pattern, LoopFs};
+use io_uring::{opcode, types, IoUring};
+use refreshd::engine::buffers::BufferPool;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn drop_caches() {
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+}
+
+fn engine(file: &Path, extra: &[&str]) -> Duration {
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_refreshd"))
+        .args(["refresh", "--no-progress"])
+        .args(extra)
+        .arg(file)
+        .output()
+        .unwrap();
+    let d = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("1 refreshed"), "{s}");
+    d
+}
+
+fn dd(file: &Path) -> Duration {
+    let t = Instant::now();
+    let st = Command::new("dd")
+        .arg(format!("if={}", file.display()))
+        .arg(format!("of={}", file.display()))
+        .args([
+            "bs=1M",
+            "conv=notrunc,fdatasync",
+            "iflag=direct",
+            "oflag=direct",
+            "status=none",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    t.elapsed()
+}
+
+/// One deep-queue O_DIRECT pass over the file: read everything into `mem`
+/// or write `mem` back. Returns the time.
+fn pass(file: &File, mem: &mut BufferPool, write: bool) -> Duration {
+    const DEPTH: usize = 32;
+    let n = mem.count();
+    let len = mem.buf_len();
+    let mut ring = IoUring::new(DEPTH as u32 * 2).unwrap();
+    let fd = types::Fd(file.as_raw_fd());
+    let t = Instant::now();
+    let (mut next, mut inflight) = (0usize, 0usize);
+    while next < n || inflight > 0 {
+        while next < n && inflight < DEPTH {
+            let ptr = mem.ptr(next);
+            let off = (next * len) as u64;
+            let e = if write {
+                opcode::Write::new(fd, ptr, len as u32).offset(off).build()
+            } else {
+                opcode::Read::new(fd, ptr, len as u32).offset(off).build()
+            };
+            // SAFETY: `mem` outlives the ring's requests (we wait for all).
+            unsafe { ring.submission().push(&e.user_data(next as u64)).unwrap() };
+            next += 1;
+            inflight += 1;
+        }
+        ring.submit_and_wait(1).unwrap();
+        while let Some(c) = ring.completion().next() {
+            assert_eq!(c.result(), len as i32, "device-limit I/O failed");
+            inflight -= 1;
+        }
+    }
+    if write {
+        rustix::fs::fdatasync(file).unwrap();
+    }
+    t.elapsed()
+}
+
+fn limit(file: &Path, mem: &mut BufferPool) -> Duration {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(file)
+        .unwrap();
+    pass(&f, mem, false) + pass(&f, mem, true)
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("SKIPPED refresh benchmark: needs root for loop devices");
+        return;
+    }
+    let mib = env_u64("REFRESHD_BENCH_MIB", 1024);
+    let rounds = env_u64("REFRESHD_BENCH_ROUNDS", 9) as usize;
+    let fs = LoopFs::with_options("ext4", mib * 2 + 256, true);
+    let file = fs.path("big");
+    {
+        use std::io::Write;
+        let mut f = File::create(&file).unwrap();
+        let block = pattern(1 << 20, 42);
+        for _ in 0..mib {
+            f.write_all(&block).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    let bytes = mib << 20;
+    let mut mem = BufferPool::new(mib as usize, 1 << 20);
+    // Warm up each path once (page tables, first allocations).
+    engine(&file, &[]);
+    dd(&file);
+    limit(&file, &mut mem);
+
+    // Extra engine settings to compare, e.g. "--queue-depth 32;--chunk 4MiB".
+    let variants: Vec<String> = std::env::var("REFRESHD_BENCH_VARIANTS")
+        .map(|v| v.split(';').map(str::to_string).collect())
+        .unwrap_or_default();
+    let mut var_times: Vec<Vec<Duration>> = vec![vec![]; variants.len()];
+    let (mut e, mut d, mut l) = (vec![], vec![], vec![]);
+    let kinds = 3 + variants.len();
+    for round in 0..rounds {
+        for k in 0..kinds {
+            drop_caches();
+            match (round + k) % kinds {
+                0 => e.push(engine(&file, &[])),
+                1 => d.push(dd(&file)),
+                2 => l.push(limit(&file, &mut mem)),
+                v => {
+                    let args: Vec<&str> = variants[v - 3].split_whitespace().collect();
+                    var_times[v - 3].push(engine(&file, &args));
+                }
+            }
+        }
+    }
+    for (v, t) in variants.iter().zip(var_times.iter_mut()) {
+        println!("  variant {v:30} median {:.3} s", median(t).as_secs_f64());
+    }
+    let spread = |v: &[Duration]| {
+        let (lo, hi) = (v.iter().min().unwrap(), v.iter().max().unwrap());
+        format!("min {:.3} max {:.3}", lo.as_secs_f64(), hi.as_secs_f64())
+    };
+    let spreads = [spread(&e), spread(&d), spread(&l)];
+    let (me, md, ml) = (median(&mut e), median(&mut d), median(&mut l));
+    let mbs = |t: Duration| bytes as f64 / t.as_secs_f64() / (1 << 20) as f64;
+    println!("refresh of a {mib} MiB file on loop-mounted ext4 (direct-I/O loop), {rounds} rounds, medians:");
+    println!(
+        "  (a) refreshd refresh        {:>8.3} s  {:>7.1} MiB/s  ({})",
+        me.as_secs_f64(),
+        mbs(me),
+        spreads[0]
+    );
+    println!(
+        "  (b) dd conv=notrunc direct  {:>8.3} s  {:>7.1} MiB/s  ({})",
+        md.as_secs_f64(),
+        mbs(md),
+        spreads[1]
+    );
+    println!(
+        "  (c) device limit (r + w)    {:>8.3} s  {:>7.1} MiB/s  ({})",
+        ml.as_secs_f64(),
+        mbs(ml),
+        spreads[2]
+    );
+    println!(
+        "  speedup vs dd (b/a):        {:.2}x   (target >= 1.3x)",
+        md.as_secs_f64() / me.as_secs_f64()
+    );
+    println!(
+        "  engine / limit (a/c):       {:.2}    (target <= 1.10)",
+        me.as_secs_f64() / ml.as_secs_f64()
+    );
+
+    // Throttle accuracy: a rate that makes the file take 12 s.
+    let size = mib;
+    let rate = (mib / 12).max(1);
+    let small = fs.path("throttled");
+    {
+        let f = File::open(&file).unwrap();
+        let mut buf = vec![0u8; (size << 20) as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0).unwrap();
+        helpers::write_file(&small, &buf);
+    }
+    let t = engine(&small, &["--rate", &format!("{rate}MiB/s")]);
+    let got = size as f64 / t.as_secs_f64();
+    println!(
+        "throttle: --rate {rate}MiB/s on {size} MiB took {:.2} s = {got:.2} MiB/s ({:+.2}% off; target ±5%)",
+        t.as_secs_f64(),
+        (got / rate as f64 - 1.0) * 100.0
+    );
+}

@@ -6,6 +6,10 @@
 //! - [`oneshot`]: `refreshd refresh`.
 //! - [`units`]: sizes, durations and rates for people.
 
+// Offsets and lengths are u64 and used as usize for buffers: 64-bit only.
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("refreshd supports 64-bit Linux only");
+
 pub mod engine;
 pub mod oneshot;
 pub mod units;
