@@ -1,5 +1,6 @@
 //! The executor against an in-memory device: failing reads, completions out
 //! of order, lease breaks, verify mismatches.
+#![allow(clippy::single_range_in_vec_init)] // lists of ranges that happen to hold one
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
