@@ -1,0 +1,537 @@
+//! The emulated disk: one FUSE file, `disk.img`, backed by a sparse file.
+//! Every 4 KiB block remembers when (in virtual months) it was last
+//! written; reads are delayed by the model for the blocks' ages, served by
+//! at most `channels` requests at once (like flash dies). Faulty ranges
+//! fail reads with EIO, and any write into them is logged.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, LockOwner, OpenFlags,
+    ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
+    WriteFlags,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::model::Model;
+
+pub const BLOCK: u64 = 4096;
+pub const IMAGE_NAME: &str = "disk.img";
+const IMAGE_INO: INodeNo = INodeNo(2);
+const NEVER: u32 = u32::MAX;
+
+/// A counting semaphore: the device's channels.
+#[derive(Debug)]
+struct Channels {
+    free: Mutex<u32>,
+    cv: Condvar,
+}
+
+impl Channels {
+    fn acquire(&self) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.cv.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+    }
+
+    fn release(&self) {
+        *self.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.cv.notify_one();
+    }
+}
+
+/// Counters for `agingssd stats`.
+#[derive(Debug, Default)]
+struct Counters {
+    reads: AtomicU64,
+    read_bytes: AtomicU64,
+    writes: AtomicU64,
+    write_bytes: AtomicU64,
+    read_errors: AtomicU64,
+    discards: AtomicU64,
+}
+
+/// What `stats` reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Stats {
+    pub model: String,
+    pub channels: u32,
+    pub size: u64,
+    pub now_months: f64,
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub read_errors: u64,
+    pub discards: u64,
+    /// Written blocks by whole months of age: (months, blocks).
+    pub age_histogram: Vec<(u32, u64)>,
+    pub faults: Vec<(u64, u64)>,
+    /// Writes that touched a faulty range: (offset, length).
+    pub faulty_writes: Vec<(u64, u64)>,
+}
+
+/// The disk's state, shared by the FUSE threads and the control socket.
+#[derive(Debug)]
+pub struct DiskState {
+    pub model: Model,
+    pub channels: u32,
+    pub size: u64,
+    backing: File,
+    /// Per block: virtual write time in months (f32 bits), NEVER if unwritten.
+    stamps: Vec<AtomicU32>,
+    /// Virtual clock offset in months (f64 bits).
+    offset: AtomicU64,
+    start: Instant,
+    month_seconds: Option<f64>,
+    chans: Channels,
+    faults: RwLock<Vec<Range<u64>>>,
+    faulty_writes: Mutex<Vec<(u64, u64)>>,
+    counters: Counters,
+}
+
+impl DiskState {
+    pub fn new(
+        backing: File,
+        size: u64,
+        model: Model,
+        channels: u32,
+        month_seconds: Option<f64>,
+    ) -> DiskState {
+        let blocks = size.div_ceil(BLOCK) as usize;
+        DiskState {
+            model,
+            channels: channels.max(1),
+            size,
+            backing,
+            stamps: (0..blocks).map(|_| AtomicU32::new(NEVER)).collect(),
+            offset: AtomicU64::new(0f64.to_bits()),
+            start: Instant::now(),
+            month_seconds,
+            chans: Channels {
+                free: Mutex::new(channels.max(1)),
+                cv: Condvar::new(),
+            },
+            faults: RwLock::new(vec![]),
+            faulty_writes: Mutex::new(vec![]),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The virtual time, in months.
+    pub fn now_months(&self) -> f64 {
+        let base = f64::from_bits(self.offset.load(Ordering::SeqCst));
+        match self.month_seconds {
+            Some(s) if s > 0.0 => base + self.start.elapsed().as_secs_f64() / s,
+            _ => base,
+        }
+    }
+
+    /// Time travel: everything written so far becomes `months` older.
+    pub fn age(&self, months: f64) {
+        let _ = self
+            .offset
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {
+                Some((f64::from_bits(b) + months).to_bits())
+            });
+    }
+
+    pub fn add_fault(&self, offset: u64, len: u64) {
+        self.faults
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(offset..offset.saturating_add(len));
+    }
+
+    fn touches_fault(&self, r: &Range<u64>) -> bool {
+        self.faults
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|f| f.start < r.end && r.start < f.end)
+    }
+
+    fn block_range(r: &Range<u64>) -> Range<usize> {
+        (r.start / BLOCK) as usize..r.end.div_ceil(BLOCK) as usize
+    }
+
+    /// Age of block `i` in months, None if never written.
+    pub fn block_age(&self, i: usize) -> Option<f64> {
+        let bits = self.stamps.get(i)?.load(Ordering::Relaxed);
+        (bits != NEVER).then(|| (self.now_months() - f64::from(f32::from_bits(bits))).max(0.0))
+    }
+
+    fn stamp(&self, r: &Range<u64>, value: u32) {
+        let blocks = Self::block_range(r);
+        for s in
+            &self.stamps[blocks.start.min(self.stamps.len())..blocks.end.min(self.stamps.len())]
+        {
+            s.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// Serves a read: data, or EIO, after the model's delay.
+    pub fn read(&self, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        let end = offset.saturating_add(u64::from(size)).min(self.size);
+        if offset >= end {
+            return Ok(vec![]);
+        }
+        let r = offset..end;
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        if self.touches_fault(&r) {
+            self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
+            return Err(Errno::EIO);
+        }
+        let ages = Self::block_range(&r).map(|i| self.block_age(i));
+        let service = self.model.read_time(end - offset, ages, self.channels);
+        let mut buf = vec![0u8; (end - offset) as usize];
+        self.serve(service, || {
+            self.backing
+                .read_exact_at(&mut buf, offset)
+                .map_err(|_| Errno::EIO)
+        })?;
+        self.counters
+            .read_bytes
+            .fetch_add(end - offset, Ordering::Relaxed);
+        Ok(buf)
+    }
+
+    /// Serves a write at fresh speed; the blocks become fresh.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        let end = offset.saturating_add(data.len() as u64);
+        if end > self.size {
+            return Err(Errno::ENOSPC);
+        }
+        let r = offset..end;
+        if self.touches_fault(&r) {
+            self.faulty_writes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((offset, data.len() as u64));
+        }
+        let service = self.model.write_time(data.len() as u64, self.channels);
+        self.serve(service, || {
+            self.backing
+                .write_all_at(data, offset)
+                .map_err(|_| Errno::EIO)
+        })?;
+        self.stamp(&r, (self.now_months() as f32).to_bits());
+        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .write_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        u32::try_from(data.len()).map_err(|_| Errno::EINVAL)
+    }
+
+    /// Discard (TRIM): the blocks read as zeros and count as fresh.
+    pub fn discard(&self, offset: u64, len: u64) -> Result<(), Errno> {
+        let end = offset.saturating_add(len).min(self.size);
+        rustix::fs::fallocate(
+            &self.backing,
+            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+            offset,
+            end.saturating_sub(offset),
+        )
+        .map_err(|_| Errno::EIO)?;
+        // Whole blocks only: a partly discarded block keeps its age.
+        let whole = offset.div_ceil(BLOCK) * BLOCK..end / BLOCK * BLOCK;
+        if whole.start < whole.end {
+            self.stamp(&whole, NEVER);
+        }
+        self.counters.discards.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn sync(&self) -> Result<(), Errno> {
+        self.backing.sync_data().map_err(|_| Errno::EIO)
+    }
+
+    /// Holds one channel for `service`: waits for a free channel, does the
+    /// real I/O, then sleeps for the rest of the modelled time.
+    fn serve<T>(
+        &self,
+        service: Duration,
+        io: impl FnOnce() -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        self.chans.acquire();
+        let t0 = Instant::now();
+        let result = io();
+        let spent = t0.elapsed();
+        if service > spent {
+            std::thread::sleep(service - spent);
+        }
+        self.chans.release();
+        result
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut hist: std::collections::BTreeMap<u32, u64> = Default::default();
+        for i in 0..self.stamps.len() {
+            if let Some(age) = self.block_age(i) {
+                *hist.entry(age.floor() as u32).or_default() += 1;
+            }
+        }
+        let c = &self.counters;
+        Stats {
+            model: self.model.name.to_string(),
+            channels: self.channels,
+            size: self.size,
+            now_months: self.now_months(),
+            reads: c.reads.load(Ordering::Relaxed),
+            read_bytes: c.read_bytes.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+            write_bytes: c.write_bytes.load(Ordering::Relaxed),
+            read_errors: c.read_errors.load(Ordering::Relaxed),
+            discards: c.discards.load(Ordering::Relaxed),
+            age_histogram: hist.into_iter().collect(),
+            faults: self
+                .faults
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|r| (r.start, r.end - r.start))
+                .collect(),
+            faulty_writes: self
+                .faulty_writes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
+    }
+}
+
+/// The FUSE filesystem: a root directory holding `disk.img`.
+#[derive(Debug)]
+pub struct AgingDisk {
+    pub state: Arc<DiskState>,
+    created: SystemTime,
+}
+
+impl AgingDisk {
+    pub fn new(state: Arc<DiskState>) -> AgingDisk {
+        AgingDisk {
+            state,
+            created: SystemTime::now(),
+        }
+    }
+
+    fn attr(&self, ino: INodeNo) -> FileAttr {
+        let (kind, perm, size, nlink) = if ino == IMAGE_INO {
+            (FileType::RegularFile, 0o600, self.state.size, 1)
+        } else {
+            (FileType::Directory, 0o755, 0, 2)
+        };
+        FileAttr {
+            ino,
+            size,
+            blocks: size / 512,
+            atime: self.created,
+            mtime: self.created,
+            ctime: self.created,
+            crtime: self.created,
+            kind,
+            perm,
+            nlink,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            flags: 0,
+            blksize: BLOCK as u32,
+        }
+    }
+}
+
+const TTL: Duration = Duration::from_secs(3600);
+
+impl Filesystem for AgingDisk {
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        // Enough requests in flight to keep every channel busy.
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        let _ = config.set_max_write(1 << 20);
+        // Let the loop device's asynchronous direct I/O reach us as
+        // concurrent requests (queue depth), not one at a time.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_ASYNC_DIO);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if parent == INodeNo::ROOT && name == IMAGE_NAME {
+            reply.entry(&TTL, &self.attr(IMAGE_INO), fuser::Generation(0));
+        } else {
+            reply.error(Errno::ENOENT);
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if ino == INodeNo::ROOT || ino == IMAGE_INO {
+            reply.attr(&TTL, &self.attr(ino));
+        } else {
+            reply.error(Errno::ENOENT);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<fuser::TimeOrNow>,
+        _mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // A disk does not change size.
+        if size.is_some_and(|s| s != self.state.size) {
+            reply.error(Errno::EPERM);
+        } else {
+            reply.attr(&TTL, &self.attr(ino));
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if ino == IMAGE_INO {
+            // No page cache on top of the "device".
+            reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
+        } else {
+            reply.error(Errno::EISDIR);
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.state.read(offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.state.write(offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.state.sync() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 || mode & libc::FALLOC_FL_ZERO_RANGE != 0 {
+            match self.state.discard(offset, length) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        } else if offset.saturating_add(length) <= self.state.size {
+            reply.ok()
+        } else {
+            reply.error(Errno::ENOSPC)
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        if ino != INodeNo::ROOT {
+            reply.error(Errno::ENOTDIR);
+            return;
+        }
+        let entries = [
+            (INodeNo::ROOT, FileType::Directory, "."),
+            (INodeNo::ROOT, FileType::Directory, ".."),
+            (IMAGE_INO, FileType::RegularFile, IMAGE_NAME),
+        ];
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(*ino, (i + 1) as u64, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+}

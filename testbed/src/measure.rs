@@ -1,0 +1,121 @@
+//! Measurements through the filesystem with O_DIRECT: bulk sequential read
+//! throughput and small random-read latency percentiles.
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+/// A page-aligned buffer for O_DIRECT.
+struct Aligned {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl Aligned {
+    fn new(len: usize) -> Aligned {
+        let layout =
+            std::alloc::Layout::from_size_align(len.max(4096), 4096).expect("valid layout");
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "allocation failed");
+        Aligned { ptr, layout }
+    }
+    fn slice(&mut self, len: usize) -> &mut [u8] {
+        assert!(len <= self.layout.size());
+        // SAFETY: ptr is valid for layout.size() initialised bytes, owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, len) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
+fn open_direct(path: &Path) -> Result<File> {
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .with_context(|| format!("opening {} with O_DIRECT", path.display()))
+}
+
+/// Reads the whole file sequentially with O_DIRECT in 1 MiB requests;
+/// returns bytes per second.
+pub fn bulk_read(path: &Path) -> Result<f64> {
+    let f = open_direct(path)?;
+    let len = f.metadata()?.len();
+    let mut buf = Aligned::new(1 << 20);
+    let t = Instant::now();
+    let mut off = 0;
+    while off < len {
+        let n = f.read_at(buf.slice(1 << 20), off)?;
+        if n == 0 {
+            break;
+        }
+        off += n as u64;
+    }
+    Ok(off as f64 / t.elapsed().as_secs_f64())
+}
+
+/// Latency percentiles in milliseconds, the columns of the seed table.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct Latency {
+    pub p25: f64,
+    pub p50: f64,
+    pub p75: f64,
+    pub p95: f64,
+    pub mean: f64,
+}
+
+pub fn percentiles(samples: &mut [Duration]) -> Latency {
+    if samples.is_empty() {
+        return Latency::default();
+    }
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let at = |q: f64| ms(samples[((samples.len() - 1) as f64 * q).round() as usize]);
+    let mean = samples.iter().map(|d| ms(*d)).sum::<f64>() / samples.len() as f64;
+    Latency {
+        p25: at(0.25),
+        p50: at(0.50),
+        p75: at(0.75),
+        p95: at(0.95),
+        mean,
+    }
+}
+
+/// `count` random 4–16 KiB O_DIRECT reads at queue depth 1.
+pub fn random_reads(path: &Path, count: usize, seed: u64) -> Result<Latency> {
+    let f = open_direct(path)?;
+    let len = f.metadata()?.len();
+    let blocks = (len / 4096).max(1);
+    let mut buf = Aligned::new(16 << 10);
+    let mut x = seed | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut samples = Vec::with_capacity(count);
+    for _ in 0..count {
+        let size = 4096 * (1 + (next() % 4) as usize);
+        let block = next() % blocks.saturating_sub(4).max(1);
+        let t = Instant::now();
+        f.read_at(buf.slice(size), block * 4096)?;
+        samples.push(t.elapsed());
+    }
+    Ok(percentiles(&mut samples))
+}
+
+/// Drops clean caches so reads come from the "device".
+pub fn drop_caches() {
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+}

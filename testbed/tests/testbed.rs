@@ -1,0 +1,127 @@
+//! The emulated drive, end to end (root, FUSE and loop devices needed).
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::Path;
+
+use testbed::measure::{bulk_read, drop_caches};
+use testbed::{Drive, DriveOptions, Model};
+
+pub fn privileged(test: &str) -> bool {
+    let root = nix::unistd::Uid::effective().is_root();
+    let ok = root && Path::new("/dev/fuse").exists() && Path::new("/dev/loop-control").exists();
+    if ok {
+        return true;
+    }
+    if std::env::var("REFRESHD_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
+        panic!("{test}: needs root, /dev/fuse and loop devices, but REFRESHD_REQUIRE_PRIVILEGED_TESTS=1");
+    }
+    eprintln!("SKIPPED {test}: needs root, /dev/fuse and loop devices");
+    false
+}
+
+fn write_file(path: &Path, mib: usize, seed: u8) {
+    let mut f = std::fs::File::create(path).unwrap();
+    let block: Vec<u8> = (0..1 << 20).map(|i| (i as u8).wrapping_mul(seed)).collect();
+    for _ in 0..mib {
+        f.write_all(&block).unwrap();
+    }
+    f.sync_all().unwrap();
+}
+
+fn drive(dir: &Path, model: &str, channels: u32) -> Drive {
+    let opts = DriveOptions {
+        size: 512 << 20,
+        model: Model::preset(model).unwrap(),
+        channels,
+        ..DriveOptions::default()
+    };
+    Drive::up(dir, &opts).unwrap()
+}
+
+#[test]
+fn privileged_aged_blocks_read_slower_by_the_model_factor() {
+    if !privileged("privileged_aged_blocks_read_slower_by_the_model_factor") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = drive(tmp.path(), "840evo", 8);
+    let f = d.path("data");
+    write_file(&f, 64, 3);
+    d.sync().unwrap();
+    drop_caches();
+    let fresh = bulk_read(&f).unwrap();
+    d.age(6.0);
+    let aged = bulk_read(&f).unwrap();
+    let model = d.state.model.bulk_factor(6.0);
+    let ratio = fresh / aged;
+    eprintln!(
+        "fresh {:.1} MB/s, aged {:.1} MB/s, ratio {ratio:.2}, model {model:.2}",
+        fresh / 1e6,
+        aged / 1e6
+    );
+    assert!(
+        ratio > model * 0.7 && ratio < model * 1.15,
+        "ratio {ratio:.2} vs model {model:.2}"
+    );
+    // A fresh write makes the data fast again.
+    write_file(&f, 64, 4);
+    d.sync().unwrap();
+    let rewritten = bulk_read(&f).unwrap();
+    assert!(
+        rewritten > fresh * 0.8,
+        "rewritten {rewritten} vs fresh {fresh}"
+    );
+}
+
+/// Reads `threads` disjoint 8 MiB regions of `f` at once; returns seconds.
+fn parallel_read(f: &Path, threads: u64) -> f64 {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let t = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for i in 0..threads {
+            s.spawn(move || {
+                let file = std::fs::File::options()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(f)
+                    .unwrap();
+                let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
+                // SAFETY: non-zero size; freed below.
+                let ptr = unsafe { std::alloc::alloc(layout) };
+                // SAFETY: ptr is valid for 1 MiB.
+                let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 1 << 20) };
+                for k in 0..8u64 {
+                    file.read_exact_at(buf, (i * 8 + k) << 20).unwrap();
+                }
+                // SAFETY: allocated above with this layout.
+                unsafe { std::alloc::dealloc(ptr, layout) };
+            });
+        }
+    });
+    t.elapsed().as_secs_f64()
+}
+
+#[test]
+fn privileged_parallel_requests_overlap_across_channels() {
+    if !privileged("privileged_parallel_requests_overlap_across_channels") {
+        return;
+    }
+    for (channels, lo, hi) in [(8u32, 0.0, 2.5), (1, 5.0, 12.0)] {
+        let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+        let d = drive(tmp.path(), "none", channels);
+        let f = d.path("data");
+        write_file(&f, 64, 5);
+        d.sync().unwrap();
+        let one = parallel_read(&f, 1);
+        let eight = parallel_read(&f, 8);
+        let ratio = eight / one;
+        eprintln!(
+            "channels {channels}: 1 reader {one:.3} s, 8 readers {eight:.3} s, ratio {ratio:.2}"
+        );
+        assert!(
+            ratio > lo && ratio < hi,
+            "channels {channels}: 8 readers take {ratio:.2}x one reader"
+        );
+    }
+}
