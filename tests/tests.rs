@@ -8,4 +8,5 @@ mod guards;
 mod helpers;
 mod layout;
 mod lease;
+mod read_errors;
 mod skips;

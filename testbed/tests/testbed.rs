@@ -125,3 +125,31 @@ fn privileged_parallel_requests_overlap_across_channels() {
         );
     }
 }
+
+#[test]
+fn privileged_eio_ranges_fail_reads_and_writes_into_them_are_logged() {
+    if !privileged("privileged_eio_ranges_fail_reads_and_writes_into_them_are_logged") {
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = drive(tmp.path(), "none", 4);
+    // Straight on the FUSE image: device offsets.
+    let img = testbed::drive::image_path(&d.dir);
+    let f = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&img)
+        .unwrap();
+    d.fault(100 << 20, 8192);
+    let mut buf = vec![0u8; 4096];
+    let err = f.read_at(&mut buf, (100 << 20) + 4096).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    f.read_at(&mut buf, (100 << 20) + 8192).unwrap();
+    f.read_at(&mut buf, (100 << 20) - 4096).unwrap();
+    assert!(d.stats().faulty_writes.is_empty());
+    f.write_at(&buf, (100 << 20) + 4096).unwrap();
+    let s = d.stats();
+    assert_eq!(s.faulty_writes, vec![((100 << 20) + 4096, 4096)]);
+    assert_eq!(s.read_errors, 1);
+}

@@ -1,0 +1,99 @@
+//! Never write what was not read, on a device that really fails: the
+//! testbed returns EIO for a device range inside a file. The file is
+//! refreshed except that range (narrowed to the failing blocks, reported
+//! by file offset), and the device's write log shows no write into it.
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+
+use crate::helpers::*;
+use refreshd::engine::sys;
+use testbed::{Drive, DriveOptions, Model};
+
+#[test]
+fn privileged_unreadable_range_is_reported_and_never_written() {
+    if !privileged("privileged_unreadable_range_is_reported_and_never_written")
+        || !std::path::Path::new("/dev/fuse").exists()
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = DriveOptions {
+        size: 512 << 20,
+        model: Model::preset("none").unwrap(),
+        channels: 4,
+        ..DriveOptions::default()
+    };
+    let d = Drive::up(tmp.path(), &opts).unwrap();
+    let p = d.path("victim");
+    let data = pattern(16 << 20, 21);
+    write_file(&p, &data);
+    d.sync().unwrap();
+    let mtime = std::fs::metadata(&p).unwrap().mtime();
+
+    // Device offset of file offset 5 MiB + 12 KiB, from FIEMAP.
+    let bad_file_off: u64 = (5 << 20) + 12288;
+    let f = File::open(&p).unwrap();
+    let ext = sys::fiemap(std::os::fd::AsFd::as_fd(&f))
+        .unwrap()
+        .into_iter()
+        .find(|e| e.logical <= bad_file_off && bad_file_off < e.logical + e.length)
+        .expect("extent covering the bad offset");
+    drop(f);
+    let dev_off = ext.physical + (bad_file_off - ext.logical);
+    d.fault(dev_off, 8192);
+    testbed::measure::drop_caches();
+
+    let w0 = d.stats().write_bytes;
+    let (code, reports, _) = refresh_json(&[], &[&p]);
+    assert_eq!(
+        code, 1,
+        "a file with unreadable data is a failure: {reports:#?}"
+    );
+    let r = &reports[0];
+    assert_eq!(r["status"], "failed", "{r}");
+    let errs = r["read_errors"].as_array().unwrap();
+    assert_eq!(errs.len(), 1, "{r}");
+    assert_eq!(errs[0]["offset"].as_u64().unwrap(), bad_file_off);
+    assert_eq!(errs[0]["len"].as_u64().unwrap(), 8192);
+    assert!(
+        errs[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("Input/output error"),
+        "{r}"
+    );
+    assert_eq!(r["bytes_refreshed"].as_u64().unwrap(), (16 << 20) - 8192);
+
+    let s = d.stats();
+    assert!(
+        s.faulty_writes.is_empty(),
+        "writes into the unreadable range: {:?}",
+        s.faulty_writes
+    );
+    assert!(
+        s.write_bytes - w0 >= (16 << 20) - 8192,
+        "the rest was really rewritten"
+    );
+    // Everything readable is unchanged (O_DIRECT: readahead would run into
+    // the bad range); size and mtime too.
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&p)
+        .unwrap();
+    let mut pool = refreshd::engine::buffers::BufferPool::new(1, 16 << 20);
+    let tail_off = bad_file_off + 8192;
+    for r in [0..bad_file_off, tail_off..16 << 20] {
+        let len = (r.end - r.start) as usize;
+        let buf = &mut pool.get_mut(0)[..len];
+        f.read_exact_at(buf, r.start).unwrap();
+        assert!(
+            buf == &data[r.start as usize..r.end as usize],
+            "bytes changed in {r:?}"
+        );
+    }
+    let md = std::fs::metadata(&p).unwrap();
+    assert_eq!((md.len(), md.mtime()), (16 << 20, mtime));
+}
