@@ -3,10 +3,13 @@
 //! with direct I/O, with a real filesystem on top. Everything above the
 //! FUSE layer — filesystem, O_DIRECT, `/sys/block/loopN/stat` — is real.
 
+pub mod cli;
+pub mod control;
 pub mod disk;
 pub mod drive;
 pub mod measure;
 pub mod model;
+pub mod scenarios;
 
 pub use drive::{Drive, DriveOptions};
 pub use model::Model;
