@@ -7,7 +7,10 @@
 //!     pass of the same bytes, 32 requests of 1 MiB in flight.
 //!
 //! Runs alternate (a, b, c, then b, c, a, …); medians and ratios are
-//! printed. Then the throttle: `--rate` against the measured rate.
+//! printed. Then the throttle: `--rate` against the measured rate. Then
+//! the aged drive: the testbed's 840evo model with 8 channels, a 512 MiB
+//! file aged 6 months before every run, engine vs dd side by side
+//! (`REFRESHD_BENCH_AGED_MIB`, `REFRESHD_BENCH_AGED_ROUNDS`, default 3).
 //!
 //! `cargo bench` (root needed). `REFRESHD_BENCH_MIB` sets the file size
 //! (default 1024), `REFRESHD_BENCH_ROUNDS` the rounds (default 9), and
@@ -228,5 +231,72 @@ fn main() {
         "throttle: --rate {rate}MiB/s on {size} MiB took {:.2} s = {got:.2} MiB/s ({:+.2}% off; target ±5%)",
         t.as_secs_f64(),
         (got / rate as f64 - 1.0) * 100.0
+    );
+
+    drop(fs);
+    aged();
+}
+
+/// Engine vs dd on the emulated aging SSD.
+fn aged() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED aged-drive benchmark: no /dev/fuse");
+        return;
+    }
+    let mib = env_u64("REFRESHD_BENCH_AGED_MIB", 512);
+    let rounds = env_u64("REFRESHD_BENCH_AGED_ROUNDS", 3) as usize;
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = testbed::DriveOptions {
+        size: (mib << 20) * 2 + (256 << 20),
+        model: testbed::Model::preset("840evo").unwrap(),
+        channels: 8,
+        ..testbed::DriveOptions::default()
+    };
+    let d = testbed::Drive::up(tmp.path(), &opts).unwrap();
+    let file = d.path("aged");
+    {
+        use std::io::Write;
+        let mut f = File::create(&file).unwrap();
+        let block = pattern(1 << 20, 43);
+        for _ in 0..mib {
+            f.write_all(&block).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    let (mut e, mut dd_t) = (vec![], vec![]);
+    for round in 0..rounds {
+        for k in 0..2 {
+            d.age(6.0);
+            drop_caches();
+            if (round + k) % 2 == 0 {
+                e.push(engine(&file, &[]));
+            } else {
+                dd_t.push(dd(&file));
+            }
+        }
+    }
+    d.age(6.0);
+    drop_caches();
+    let aged_read = testbed::measure::bulk_read_parallel(&file, 8).unwrap();
+    let (me, md) = (median(&mut e), median(&mut dd_t));
+    let mbs = |t: Duration| (mib << 20) as f64 / t.as_secs_f64() / (1 << 20) as f64;
+    println!("refresh of a {mib} MiB file aged 6 months on the testbed (840evo, 8 channels, ext4), {rounds} rounds, medians:");
+    println!(
+        "  refreshd refresh           {:>8.2} s  {:>7.1} MiB/s",
+        me.as_secs_f64(),
+        mbs(me)
+    );
+    println!(
+        "  dd conv=notrunc direct     {:>8.2} s  {:>7.1} MiB/s",
+        md.as_secs_f64(),
+        mbs(md)
+    );
+    println!(
+        "  speedup vs dd:             {:.2}x",
+        md.as_secs_f64() / me.as_secs_f64()
+    );
+    println!(
+        "  (aged bulk read, 8 readers: {:.1} MiB/s)",
+        aged_read / (1 << 20) as f64
     );
 }

@@ -50,7 +50,6 @@ impl Model {
                 latency_gain: 0.5,
                 fresh_bandwidth: 250e6,
                 fresh_latency: Duration::from_micros(300),
-                ..base
             }),
             "none" => Some(Model {
                 name: "none",

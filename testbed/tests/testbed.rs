@@ -153,3 +153,130 @@ fn privileged_eio_ranges_fail_reads_and_writes_into_them_are_logged() {
     assert_eq!(s.faulty_writes, vec![((100 << 20) + 4096, 4096)]);
     assert_eq!(s.read_errors, 1);
 }
+
+fn agingssd() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_agingssd"))
+}
+
+/// Nothing of the drive in `dir` is left: no mount, no loop device, no process.
+fn assert_nothing_left(dir: &Path, pid: Option<i32>) {
+    let dir = dir.canonicalize().unwrap();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(
+        !mounts.contains(dir.to_str().unwrap()),
+        "mounts left: {mounts}"
+    );
+    for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        let backing =
+            std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
+        assert!(
+            !backing.contains(dir.to_str().unwrap()),
+            "loop device left: {:?}",
+            e.path()
+        );
+    }
+    if let Some(pid) = pid {
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ");
+        assert!(!alive, "process {pid} left");
+    }
+}
+
+#[test]
+fn privileged_cli_up_age_stats_down_and_cleanup_after_kill() {
+    if !privileged("privileged_cli_up_age_stats_down_and_cleanup_after_kill") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let dir = tmp.path().join("drive");
+    let up = agingssd()
+        .args(["up", "--size", "512MiB", "--model", "840evo", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let text = String::from_utf8_lossy(&up.stdout);
+    assert!(text.contains("/dev/loop") && text.contains("mnt"), "{text}");
+    write_file(&dir.join("mnt/f"), 8, 9);
+    let st = agingssd()
+        .args(["age", "--months", "3", "--dir"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = agingssd()
+        .args(["stats", "--json", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!((stats["now_months"].as_f64().unwrap() - 3.0).abs() < 1e-9);
+    assert!(stats["write_bytes"].as_u64().unwrap() >= 8 << 20);
+    // A second `up` on the same dir is refused while it runs.
+    let again = agingssd()
+        .args(["up", "--size", "512MiB", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already up"));
+
+    // Kill the drive process outright, then `down` must clean up anyway.
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("state.json")).unwrap()).unwrap();
+    let pid = state["pid"].as_i64().unwrap() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let down = agingssd()
+        .args(["down", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    assert_nothing_left(&dir, Some(pid));
+    // Idempotent.
+    assert!(agingssd()
+        .args(["down", "--dir"])
+        .arg(&dir)
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn bad_cli_input_is_refused() {
+    let out = agingssd()
+        .args(["up", "--dir", "/nonexistent/x", "--size", "12parsecs"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("size"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = agingssd()
+        .args(["up", "--dir", "/tmp/x", "--model", "floppy"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = agingssd()
+        .args(["age", "--dir", "/nonexistent/x", "--months", "1"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no drive is up"));
+}

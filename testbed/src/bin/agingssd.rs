@@ -118,7 +118,7 @@ fn options(a: &UpArgs) -> Result<DriveOptions> {
     if a.channels == 0 || a.channels > 64 {
         bail!("--channels must be 1..=64");
     }
-    if a.month_seconds.is_some_and(|s| !(s > 0.0)) {
+    if a.month_seconds.is_some_and(|s| s.is_nan() || s <= 0.0) {
         bail!("--month-seconds must be positive");
     }
     Ok(DriveOptions {
