@@ -230,6 +230,10 @@ impl Drop for Drive {
 /// mount. Idempotent; leaves nothing behind.
 pub fn cleanup_leftovers(dir: &Path) -> Result<()> {
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    // First abort the FUSE connection: with its server dead, I/O through
+    // the loop device would wait forever (and so would umount and the
+    // dying server's own threads). Aborting fails those requests at once.
+    abort_fuse(&fuse_dir(&dir));
     let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
     let mounted = |p: &Path| {
         mounts
@@ -273,4 +277,30 @@ pub fn cleanup_leftovers(dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Aborts the FUSE connection mounted at `mountpoint`, if any, through
+/// fusectl (`/sys/fs/fuse/connections/<minor>/abort`).
+fn abort_fuse(mountpoint: &Path) {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let target = mountpoint.to_string_lossy();
+    let Some(minor) = info.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(4) == Some(&&*target))
+            .then(|| f.get(2)?.split(':').nth(1).map(str::to_string))
+            .flatten()
+    }) else {
+        return;
+    };
+    let conns = Path::new("/sys/fs/fuse/connections");
+    if fs::read_dir(conns)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true)
+    {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "fusectl"])
+            .arg(conns)
+            .status();
+    }
+    let _ = fs::write(conns.join(minor).join("abort"), "1");
 }

@@ -76,8 +76,35 @@ pub fn find_refreshd() -> Result<PathBuf> {
     bail!("the refreshd binary was not found; build it first with `cargo build --release`")
 }
 
+/// A work directory; Ctrl-C or SIGTERM tears its drive down before exiting
+/// (signals are blocked here, before any other thread exists, and one
+/// thread waits for them).
 fn work_dir(name: &str) -> Result<tempfile_dir::TempDir> {
-    tempfile_dir::TempDir::new(name)
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.thread_block()?;
+    let dir = tempfile_dir::TempDir::new(name)?;
+    let path = dir.path().to_path_buf();
+    std::thread::spawn(move || {
+        if let Ok(sig) = set.wait() {
+            INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+            eprintln!("agingssd: {sig}: tearing the drive down");
+            let _ = crate::drive::cleanup_leftovers(&path);
+            let _ = std::fs::remove_dir_all(&path);
+            std::process::exit(130);
+        }
+    });
+    Ok(dir)
+}
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// True once Ctrl-C/SIGTERM started tearing a scenario's drive down: the
+/// caller must not exit before that thread does (it exits the process).
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// A minimal temp dir under /var/tmp (the image must not live on tmpfs

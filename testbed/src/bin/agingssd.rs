@@ -187,7 +187,13 @@ fn run(cmd: Cmd) -> Result<()> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match run(args.command) {
+    let result = run(args.command);
+    // An interrupted scenario is being torn down by its signal thread,
+    // which ends the process when done.
+    while testbed::scenarios::interrupted() {
+        std::thread::park();
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("agingssd: {e:#}");
