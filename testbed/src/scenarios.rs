@@ -142,6 +142,7 @@ fn evo_drive(dir: &Path, size: u64) -> Result<Drive> {
 
 /// The seed experiment: bulk read and small-read latency by data age.
 pub fn reproduce(shard_mib: usize) -> Result<()> {
+    crate::drive::preflight()?;
     let tmp = work_dir("reproduce")?;
     let d = evo_drive(tmp.path(), 1 << 30)?;
     let shard = d.path("shard");
@@ -222,6 +223,7 @@ pub fn reproduce(shard_mib: usize) -> Result<()> {
 /// The README's "see it work": a drive with 6-month-old files, slow; one
 /// `refreshd refresh`; fast again.
 pub fn demo() -> Result<()> {
+    crate::drive::preflight()?;
     let refreshd = find_refreshd()?;
     let tmp = work_dir("demo")?;
     println!("Building an emulated Samsung 840 EVO-like drive (FUSE image, loop device, ext4) …");
