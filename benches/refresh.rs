@@ -127,6 +127,17 @@ fn limit(file: &Path, mem: &mut BufferPool) -> Duration {
     pass(&f, mem, false) + pass(&f, mem, true)
 }
 
+/// A file of `mib` MiB of patterned data, synced.
+fn make_file(path: &Path, mib: u64, seed: u64) {
+    use std::io::Write;
+    let mut f = File::create(path).unwrap();
+    let block = pattern(1 << 20, seed);
+    for _ in 0..mib {
+        f.write_all(&block).unwrap();
+    }
+    f.sync_all().unwrap();
+}
+
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -145,15 +156,7 @@ fn main() {
     let rounds = env_u64("REFRESHD_BENCH_ROUNDS", 9) as usize;
     let fs = LoopFs::with_options("ext4", mib * 2 + 256, true);
     let file = fs.path("big");
-    {
-        use std::io::Write;
-        let mut f = File::create(&file).unwrap();
-        let block = pattern(1 << 20, 42);
-        for _ in 0..mib {
-            f.write_all(&block).unwrap();
-        }
-        f.sync_all().unwrap();
-    }
+    make_file(&file, mib, 42);
     let bytes = mib << 20;
     let mut mem = BufferPool::new(mib as usize, 1 << 20);
     // Warm up each path once (page tables, first allocations).
@@ -259,15 +262,7 @@ fn aged() {
     };
     let d = testbed::Drive::up(tmp.path(), &opts).unwrap();
     let file = d.path("aged");
-    {
-        use std::io::Write;
-        let mut f = File::create(&file).unwrap();
-        let block = pattern(1 << 20, 43);
-        for _ in 0..mib {
-            f.write_all(&block).unwrap();
-        }
-        f.sync_all().unwrap();
-    }
+    make_file(&file, mib, 43);
     let mut mem = BufferPool::new(mib as usize, 1 << 20);
     let (mut e, mut dd_t, mut l) = (vec![], vec![], vec![]);
     for round in 0..rounds {

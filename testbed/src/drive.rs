@@ -189,14 +189,7 @@ impl Drive {
     fn teardown(&mut self) -> Result<()> {
         let mut first_err = None;
         if self.mounted {
-            let ok = Command::new("umount")
-                .arg(&self.mnt)
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-            }
+            unmount(&self.mnt);
             self.mounted = false;
         }
         if !self.loop_dev.is_empty() {
@@ -242,14 +235,7 @@ pub fn cleanup_leftovers(dir: &Path) -> Result<()> {
     };
     let mnt = mnt_dir(&dir);
     if mounted(&mnt) {
-        let ok = Command::new("umount")
-            .arg(&mnt)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !ok {
-            sh(Command::new("umount").arg("-l").arg(&mnt))?;
-        }
+        unmount(&mnt);
     }
     let image = image_path(&dir);
     for entry in fs::read_dir("/sys/block")?.flatten() {
@@ -267,14 +253,7 @@ pub fn cleanup_leftovers(dir: &Path) -> Result<()> {
     }
     let fuse = fuse_dir(&dir);
     if mounted(&fuse) {
-        let ok = Command::new("umount")
-            .arg(&fuse)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !ok {
-            sh(Command::new("umount").arg("-l").arg(&fuse))?;
-        }
+        unmount(&fuse);
     }
     Ok(())
 }
@@ -303,4 +282,17 @@ fn abort_fuse(mountpoint: &Path) {
             .status();
     }
     let _ = fs::write(conns.join(minor).join("abort"), "1");
+}
+
+/// Unmounts `path`; if it is busy, detaches it lazily (it goes away once
+/// the last user is gone). Never fails: cleanup goes on regardless.
+pub fn unmount(path: &Path) {
+    let ok = Command::new("umount")
+        .arg(path)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        let _ = Command::new("umount").arg("-l").arg(path).status();
+    }
 }

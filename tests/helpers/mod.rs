@@ -123,14 +123,7 @@ impl LoopFs {
 impl Drop for LoopFs {
     fn drop(&mut self) {
         if self.mounted {
-            let ok = Command::new("umount")
-                .arg(&self.mnt)
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-            }
+            testbed::drive::unmount(&self.mnt);
         }
         let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
     }
