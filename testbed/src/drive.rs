@@ -196,11 +196,15 @@ impl Drive {
             if let Err(e) = sh(Command::new("losetup").arg("-d").arg(&self.loop_dev)) {
                 first_err.get_or_insert(e);
             }
+            // Detaching is asynchronous: the loop device keeps the image
+            // open until it is released, and the FUSE unmount below would
+            // fail with EBUSY.
+            wait_released(&self.loop_dev);
             self.loop_dev.clear();
         }
         if let Some(s) = self.session.take() {
-            if let Err(e) = s.umount_and_join() {
-                first_err.get_or_insert(e.into());
+            if s.umount_and_join().is_err() {
+                unmount(&fuse_dir(&self.dir));
             }
         }
         match first_err {
@@ -294,5 +298,18 @@ pub fn unmount(path: &Path) {
         .unwrap_or(false);
     if !ok {
         let _ = Command::new("umount").arg("-l").arg(path).status();
+    }
+}
+
+/// Waits (up to 5 s) until a detached loop device has let go of its file.
+fn wait_released(loop_dev: &str) {
+    let name = Path::new(loop_dev)
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let backing = Path::new("/sys/block").join(name).join("loop/backing_file");
+    let t = std::time::Instant::now();
+    while backing.exists() && t.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }

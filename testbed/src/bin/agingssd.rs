@@ -37,6 +37,12 @@ struct UpArgs {
     /// Requests served at once, like flash dies.
     #[arg(long, default_value_t = 8)]
     channels: u32,
+    /// Fresh read/write bandwidth of the whole drive, MB/s (default: the model's, 400 for 840evo).
+    #[arg(long, value_name = "MB/s")]
+    bandwidth: Option<f64>,
+    /// Latency of one fresh request, µs (default: the model's, 250 for 840evo).
+    #[arg(long, value_name = "µs")]
+    latency_us: Option<u64>,
     /// Real seconds per virtual month: the clock also moves by itself.
     #[arg(long)]
     month_seconds: Option<f64>,
@@ -121,10 +127,20 @@ fn options(a: &UpArgs) -> Result<DriveOptions> {
     if a.month_seconds.is_some_and(|s| s.is_nan() || s <= 0.0) {
         bail!("--month-seconds must be positive");
     }
+    let mut model = Model::preset(&a.model).ok_or_else(|| anyhow::anyhow!("unknown model"))?;
+    if let Some(bw) = a.bandwidth {
+        if !(bw.is_finite() && (1.0..=100_000.0).contains(&bw)) {
+            bail!("--bandwidth must be 1..=100000 MB/s");
+        }
+        model.fresh_bandwidth = bw * 1e6;
+    }
+    if let Some(us) = a.latency_us {
+        model.fresh_latency = std::time::Duration::from_micros(us);
+    }
     Ok(DriveOptions {
         size,
         fs: a.fs.clone(),
-        model: Model::preset(&a.model).ok_or_else(|| anyhow::anyhow!("unknown model"))?,
+        model,
         channels: a.channels,
         month_seconds: a.month_seconds,
     })
@@ -142,6 +158,12 @@ fn up_args(a: &UpArgs) -> Vec<String> {
     v.extend(["--channels".into(), a.channels.to_string()]);
     if let Some(s) = a.month_seconds {
         v.extend(["--month-seconds".into(), s.to_string()]);
+    }
+    if let Some(b) = a.bandwidth {
+        v.extend(["--bandwidth".into(), b.to_string()]);
+    }
+    if let Some(l) = a.latency_us {
+        v.extend(["--latency-us".into(), l.to_string()]);
     }
     v
 }
