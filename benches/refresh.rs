@@ -127,6 +127,18 @@ fn limit(file: &Path, mem: &mut BufferPool) -> Duration {
     pass(&f, mem, false) + pass(&f, mem, true)
 }
 
+/// The two ratios the targets are stated in.
+fn print_ratios(engine: Duration, dd: Duration, limit: Duration) {
+    println!(
+        "  speedup vs dd (b/a):        {:.2}x   (target >= 1.3x)",
+        dd.as_secs_f64() / engine.as_secs_f64()
+    );
+    println!(
+        "  engine / limit (a/c):       {:.2}    (target <= 1.10)",
+        engine.as_secs_f64() / limit.as_secs_f64()
+    );
+}
+
 /// A file of `mib` MiB of patterned data, synced.
 fn make_file(path: &Path, mib: u64, seed: u64) {
     use std::io::Write;
@@ -214,14 +226,7 @@ fn main() {
         mbs(ml),
         spreads[2]
     );
-    println!(
-        "  speedup vs dd (b/a):        {:.2}x   (target >= 1.3x)",
-        md.as_secs_f64() / me.as_secs_f64()
-    );
-    println!(
-        "  engine / limit (a/c):       {:.2}    (target <= 1.10)",
-        me.as_secs_f64() / ml.as_secs_f64()
-    );
+    print_ratios(me, md, ml);
 
     // Throttle accuracy: a rate that makes the file take 12 s.
     let size = mib;
@@ -298,14 +303,7 @@ fn aged() {
         ml.as_secs_f64(),
         mbs(ml)
     );
-    println!(
-        "  speedup vs dd (b/a):       {:.2}x   (target >= 1.3x)",
-        md.as_secs_f64() / me.as_secs_f64()
-    );
-    println!(
-        "  engine / limit (a/c):      {:.2}    (target <= 1.10)",
-        me.as_secs_f64() / ml.as_secs_f64()
-    );
+    print_ratios(me, md, ml);
     println!(
         "  (aged bulk read, 8 readers: {:.1} MiB/s)",
         aged_read / (1 << 20) as f64
