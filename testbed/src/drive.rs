@@ -276,16 +276,20 @@ fn abort_fuse(mountpoint: &Path) {
         return;
     };
     let conns = Path::new("/sys/fs/fuse/connections");
-    if fs::read_dir(conns)
+    let empty = fs::read_dir(conns)
         .map(|mut d| d.next().is_none())
-        .unwrap_or(true)
-    {
-        let _ = Command::new("mount")
+        .unwrap_or(true);
+    let mounted_here = empty
+        && Command::new("mount")
             .args(["-t", "fusectl", "fusectl"])
             .arg(conns)
-            .status();
-    }
+            .status()
+            .is_ok_and(|s| s.success());
     let _ = fs::write(conns.join(minor).join("abort"), "1");
+    // Leave the system as we found it.
+    if mounted_here {
+        let _ = Command::new("umount").arg(conns).status();
+    }
 }
 
 /// Unmounts `path`; if it is busy, detaches it lazily (it goes away once
