@@ -154,3 +154,52 @@ fn privileged_truncate_mid_refresh_leaves_the_truncated_file() {
     assert_eq!(now.len(), 100_000);
     assert_eq!(now, data[..100_000]);
 }
+
+#[test]
+fn privileged_ctrl_c_stops_cleanly() {
+    if !privileged("privileged_ctrl_c_stops_cleanly") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    let file = fs.path("big");
+    write_file(&file, &stamped(0));
+    set_mtime(&file, 1_300_000_000, 42);
+    fs.sync();
+    let before = fingerprint(&file);
+    let child = refreshd()
+        .args(["refresh", "--json", "--rate", "4MiB/s"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let t = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "took {:?} to stop",
+        t.elapsed()
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a cancelled run is not a success"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(report["status"], "interrupted", "{report}");
+    assert_eq!(report["reason"], "cancelled");
+    let offset = report["offset"].as_u64().unwrap();
+    assert!(offset > 0 && offset < SIZE as u64, "{report}");
+    // Timestamps restored, nothing changed, and the lease is gone: another
+    // process can open the file for writing at once.
+    assert_eq!(fingerprint(&file), before);
+    let t = Instant::now();
+    std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(500));
+}
