@@ -2,6 +2,7 @@
 //! rewrites their data in place, with the same bytes, safely and throttled.
 //!
 //! - [`engine`]: the in-place refresh engine (io_uring, O_DIRECT, leases).
+//! - [`drive`]: file to physical drive (sysfs), identity, disk stats.
 //! - [`walk`]: command-line paths to refresh targets.
 //! - [`oneshot`]: `refreshd refresh`.
 //! - [`units`]: sizes, durations and rates for people.
@@ -10,6 +11,7 @@
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("refreshd supports 64-bit Linux only");
 
+pub mod drive;
 pub mod engine;
 pub mod oneshot;
 pub mod units;

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cli;
+mod drives;
 mod guards;
 mod helpers;
 mod layout;
