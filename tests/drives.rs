@@ -94,13 +94,7 @@ fn privileged_partition_maps_to_its_disk() {
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     run(Command::new("mount").arg(&part).arg(&mnt));
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            testbed::drive::unmount(self.0);
-        }
-    }
-    let _u = Unmount(&mnt);
+    let _u = MountGuard(mnt.clone());
     let p = mnt.join("f");
     write_file(&p, b"on a partition");
     let drives = drives_of(&p).unwrap();

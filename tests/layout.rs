@@ -12,13 +12,7 @@ use refreshd::engine::sys;
 const SIZES: [u64; 9] = [0, 1, 511, 4095, 4096, 4097, 10_000, (1 << 20) + 1, 64 << 20];
 
 fn unwritten_bytes(path: &std::path::Path) -> u64 {
-    let f = File::open(path).unwrap();
-    sys::fiemap(std::os::fd::AsFd::as_fd(&f))
-        .unwrap()
-        .iter()
-        .filter(|e| e.flags & sys::FIEMAP_EXTENT_UNWRITTEN != 0)
-        .map(|e| e.length)
-        .sum()
+    fiemap_bytes(path, sys::FIEMAP_EXTENT_UNWRITTEN)
 }
 
 fn layout_case(kind: &'static str) {

@@ -44,13 +44,6 @@ impl Drop for Swap<'_> {
     }
 }
 
-struct Mount(std::path::PathBuf);
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 fn ctime(p: &Path) -> (i64, i64) {
     let m = fs::metadata(p).unwrap();
     (m.ctime(), m.ctime_nsec())
@@ -117,7 +110,7 @@ fn privileged_skips_what_it_must_not_touch() {
     run(Command::new("mount")
         .args(["-t", "tmpfs", "tmpfs"])
         .arg(&sub));
-    let _m = Mount(sub.clone());
+    let _m = MountGuard(sub.clone());
     write_file(&sub.join("on-tmpfs"), b"other filesystem");
 
     let normal = inside.join("normal");
@@ -175,13 +168,7 @@ fn privileged_unsupported_filesystem_is_refused() {
 }
 
 fn shared_bytes(p: &Path) -> u64 {
-    let f = File::open(p).unwrap();
-    sys::fiemap(std::os::fd::AsFd::as_fd(&f))
-        .unwrap()
-        .iter()
-        .filter(|e| e.flags & sys::FIEMAP_EXTENT_SHARED != 0)
-        .map(|e| e.length)
-        .sum()
+    fiemap_bytes(p, sys::FIEMAP_EXTENT_SHARED)
 }
 
 fn reflink_case(kind: &'static str) {

@@ -253,3 +253,23 @@ pub fn status_of<'a>(files: &'a [serde_json::Value], path: &Path) -> &'a serde_j
         .find(|v| v["path"].as_str() == Some(path.to_str().unwrap()))
         .unwrap_or_else(|| panic!("no report for {}: {files:#?}", path.display()))
 }
+
+/// Bytes of `path` in FIEMAP extents carrying `flag`.
+pub fn fiemap_bytes(path: &Path, flag: u32) -> u64 {
+    let f = File::open(path).unwrap();
+    refreshd::engine::sys::fiemap(std::os::fd::AsFd::as_fd(&f))
+        .unwrap()
+        .iter()
+        .filter(|e| e.flags & flag != 0)
+        .map(|e| e.length)
+        .sum()
+}
+
+/// Unmounts (lazily if busy) on drop, also when the test panics.
+pub struct MountGuard(pub PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        testbed::drive::unmount(&self.0);
+    }
+}
