@@ -11,6 +11,7 @@
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("refreshd supports 64-bit Linux only");
 
+pub mod config;
 pub mod drive;
 pub mod engine;
 pub mod oneshot;

@@ -15,19 +15,7 @@ use crate::engine::{BackendChoice, Engine, EngineConfig, FileReport, Outcome};
 use crate::units::format_size;
 use crate::walk;
 
-/// Refresh strategy, as on the command line and in the config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Strategy {
-    /// In place under a lease; files in use are skipped (relocation is not
-    /// available yet).
-    #[default]
-    Auto,
-    /// In place under an exclusive write lease.
-    Inplace,
-    /// Kernel-mediated relocation (not available yet).
-    Relocate,
-}
+pub use crate::config::Strategy;
 
 /// Options of `refreshd refresh`.
 #[derive(Debug, Clone)]
