@@ -377,7 +377,7 @@ impl Parser<'_> {
         let Some(v) = raw_paths else {
             self.problem(
                 root.iter()
-                    .last()
+                    .next_back()
                     .map_or(0..0, |(_, v)| v.span().end..v.span().end),
                 "no [[paths]] entry: at least one tree to watch must be configured".into(),
             );
