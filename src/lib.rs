@@ -13,6 +13,7 @@ compile_error!("refreshd supports 64-bit Linux only");
 
 pub mod config;
 pub mod drive;
+pub mod inventory;
 pub mod engine;
 pub mod oneshot;
 pub mod units;

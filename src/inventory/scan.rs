@@ -1,0 +1,156 @@
+//! The walker: one filesystem, no symlinks, depth first. It runs on its own
+//! thread and hands one batch per directory to the store, so reading the
+//! tree and writing SQLite overlap.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::SyncSender;
+
+use rustix::fs::{openat2, statx, AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, StatxFlags};
+
+/// One regular file as the walk saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: Vec<u8>,
+    pub dev: u64,
+    pub ino: u64,
+    pub nlink: u64,
+    pub size: u64,
+    /// Allocated bytes (st_blocks × 512).
+    pub alloc: u64,
+    pub mtime_ns: i64,
+    /// Birth time where the filesystem records it (ext4, XFS, btrfs), else 0.
+    pub btime_ns: i64,
+}
+
+/// One directory's regular files.
+#[derive(Debug)]
+pub struct Batch {
+    /// Absolute path of the directory.
+    pub dir: PathBuf,
+    pub files: Vec<Entry>,
+}
+
+/// Something the walk could not read; the walk goes on.
+#[derive(Debug)]
+pub struct WalkProblem {
+    pub path: PathBuf,
+    pub error: io::Error,
+}
+
+fn ns(t: rustix::fs::StatxTimestamp) -> i64 {
+    t.tv_sec.saturating_mul(1_000_000_000) + i64::from(t.tv_nsec)
+}
+
+/// Walks `root` (a directory) and sends a batch per directory. Stops early
+/// when the receiver hangs up. Subdirectories on other filesystems (mount
+/// points, btrfs subvolumes) are not entered.
+pub fn walk(root: &Path, tx: &SyncSender<Batch>, problems: &mut Vec<WalkProblem>) -> io::Result<()> {
+    let root_fd: OwnedFd = rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let root_dev = rustix::fs::fstat(&root_fd)?.st_dev;
+    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV | ResolveFlags::BENEATH;
+    let mask = StatxFlags::TYPE
+        | StatxFlags::INO
+        | StatxFlags::NLINK
+        | StatxFlags::SIZE
+        | StatxFlags::BLOCKS
+        | StatxFlags::MTIME
+        | StatxFlags::BTIME;
+    let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let abs = root.join(&rel);
+        let dir_fd = if rel.as_os_str().is_empty() {
+            rustix::io::dup(&root_fd)?
+        } else {
+            match openat2(
+                root_fd.as_fd(),
+                &rel,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+                resolve,
+            ) {
+                Ok(fd) => fd,
+                // Replaced by a symlink or gone since it was listed.
+                Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOENT) => continue,
+                Err(e) => {
+                    problems.push(WalkProblem {
+                        path: abs,
+                        error: e.into(),
+                    });
+                    continue;
+                }
+            }
+        };
+        let mut files = Vec::new();
+        let mut subdirs = Vec::new();
+        let mut dir = match Dir::read_from(&dir_fd) {
+            Ok(d) => d,
+            Err(e) => {
+                problems.push(WalkProblem {
+                    path: abs,
+                    error: e.into(),
+                });
+                continue;
+            }
+        };
+        while let Some(entry) = dir.read() {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) => {
+                    problems.push(WalkProblem {
+                        path: abs.clone(),
+                        error: e.into(),
+                    });
+                    break;
+                }
+            };
+            let name = entry.file_name();
+            let bytes = name.to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            match entry.file_type() {
+                FileType::RegularFile | FileType::Directory | FileType::Unknown => {}
+                _ => continue, // symlinks, devices, sockets, fifos
+            }
+            let Ok(st) = statx(&dir_fd, name, AtFlags::SYMLINK_NOFOLLOW, mask) else {
+                continue; // vanished
+            };
+            let ft = FileType::from_raw_mode(u32::from(st.stx_mode));
+            if ft == FileType::Directory {
+                let dev = rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor);
+                if dev == root_dev {
+                    subdirs.push(rel.join(OsStr::from_bytes(bytes)));
+                }
+                continue;
+            }
+            if ft != FileType::RegularFile {
+                continue;
+            }
+            let has_btime = st.stx_mask & StatxFlags::BTIME.bits() != 0;
+            files.push(Entry {
+                name: bytes.to_vec(),
+                dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+                ino: st.stx_ino,
+                nlink: u64::from(st.stx_nlink),
+                size: st.stx_size,
+                alloc: st.stx_blocks * 512,
+                mtime_ns: ns(st.stx_mtime),
+                btime_ns: if has_btime { ns(st.stx_btime) } else { 0 },
+            });
+        }
+        if tx.send(Batch { dir: abs, files }).is_err() {
+            return Ok(());
+        }
+        subdirs.sort();
+        stack.extend(subdirs.into_iter().rev());
+    }
+    Ok(())
+}

@@ -1,0 +1,429 @@
+//! SQLite state: files and directories, scanned incrementally.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::sync_channel;
+use std::time::{Duration, Instant};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+
+use super::scan::{self, Entry, WalkProblem};
+
+const SCHEMA_VERSION: i64 = 1;
+
+/// Error of the state database.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state database {path}: {source}")]
+    Db {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("state database {path} has schema version {found}, this refreshd knows {SCHEMA_VERSION}: move it away to start over")]
+    Version { path: PathBuf, found: i64 },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// One file of the inventory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileRecord {
+    pub dev: u64,
+    pub ino: u64,
+    pub path: PathBuf,
+    pub size: u64,
+    pub alloc: u64,
+    pub mtime_ns: i64,
+    pub btime_ns: i64,
+    pub generation: Option<u32>,
+    /// When refreshd last rewrote it (seconds since the epoch).
+    pub last_refresh: Option<i64>,
+}
+
+impl FileRecord {
+    /// When its data was last written: max(mtime, last refresh), seconds.
+    pub fn data_written(&self) -> i64 {
+        let m = self.mtime_ns.div_euclid(1_000_000_000);
+        self.last_refresh.map_or(m, |r| r.max(m))
+    }
+
+    /// Age of its data at `now` (seconds since the epoch), never negative.
+    pub fn data_age(&self, now: i64) -> Duration {
+        Duration::from_secs(u64::try_from(now - self.data_written()).unwrap_or(0))
+    }
+}
+
+/// What a scan did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ScanStats {
+    pub dirs: u64,
+    pub files: u64,
+    pub bytes: u64,
+    pub added: u64,
+    pub changed: u64,
+    pub removed: u64,
+    /// Hard links beyond the first (each file is counted once).
+    pub extra_links: u64,
+    pub seconds: f64,
+    #[serde(skip)]
+    pub problems: Vec<String>,
+}
+
+/// The state database.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating) `state_dir/state.db`.
+    pub fn open(state_dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(state_dir).map_err(|source| StoreError::Io {
+            path: state_dir.into(),
+            source,
+        })?;
+        let path = state_dir.join("state.db");
+        let conn = Connection::open(&path).map_err(|source| StoreError::Db {
+            path: path.clone(),
+            source,
+        })?;
+        Store::init(conn, path)
+    }
+
+    /// A private in-memory database (one-shot commands, tests).
+    pub fn memory() -> Result<Store, StoreError> {
+        let path = PathBuf::from(":memory:");
+        let conn = Connection::open_in_memory().map_err(|source| StoreError::Db {
+            path: path.clone(),
+            source,
+        })?;
+        Store::init(conn, path)
+    }
+
+    fn db<T>(&self, r: rusqlite::Result<T>) -> Result<T, StoreError> {
+        r.map_err(|source| StoreError::Db {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    fn init(conn: Connection, path: PathBuf) -> Result<Store, StoreError> {
+        let store = Store { conn, path };
+        store.db(store.conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = NORMAL;
+             PRAGMA cache_size = -16384;
+             PRAGMA busy_timeout = 5000;
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS dirs (
+                 id INTEGER PRIMARY KEY,
+                 path BLOB NOT NULL UNIQUE
+             );
+             CREATE TABLE IF NOT EXISTS files (
+                 dev INTEGER NOT NULL,
+                 ino INTEGER NOT NULL,
+                 dir INTEGER NOT NULL,
+                 name BLOB NOT NULL,
+                 size INTEGER NOT NULL,
+                 alloc INTEGER NOT NULL,
+                 mtime_ns INTEGER NOT NULL,
+                 btime_ns INTEGER NOT NULL,
+                 generation INTEGER,
+                 last_refresh INTEGER,
+                 PRIMARY KEY (dev, ino)
+             ) WITHOUT ROWID;
+             CREATE INDEX IF NOT EXISTS files_by_dir ON files (dir);",
+        ))?;
+        let version: Option<i64> = store.db(
+            store
+                .conn
+                .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| r.get(0))
+                .optional(),
+        )?;
+        match version {
+            None => {
+                store.db(store.conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
+                    [SCHEMA_VERSION],
+                ))?;
+            }
+            Some(SCHEMA_VERSION) => {}
+            Some(found) => {
+                return Err(StoreError::Version {
+                    path: store.path.clone(),
+                    found,
+                })
+            }
+        }
+        Ok(store)
+    }
+
+    /// Scans `root` (an absolute directory) and brings the rows under it up
+    /// to date.
+    pub fn scan(&mut self, root: &Path) -> Result<ScanStats, StoreError> {
+        let started = Instant::now();
+        let mut stats = ScanStats::default();
+        let (tx, rx) = sync_channel(256);
+        let root_owned = root.to_path_buf();
+        let walker = std::thread::Builder::new()
+            .name("refreshd-walk".into())
+            .spawn(move || {
+                let mut problems: Vec<WalkProblem> = vec![];
+                let r = scan::walk(&root_owned, &tx, &mut problems);
+                (r, problems)
+            })
+            .map_err(|source| StoreError::Io {
+                path: root.into(),
+                source,
+            })?;
+
+        let path = self.path.clone();
+        let dberr = |source| StoreError::Db {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(dberr)?;
+        let mut dirs: HashMap<Vec<u8>, i64> = HashMap::new();
+        {
+            let mut q = tx.prepare("SELECT id, path FROM dirs").map_err(dberr)?;
+            let rows = q
+                .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+                .map_err(dberr)?;
+            for row in rows {
+                let (id, p) = row.map_err(dberr)?;
+                dirs.insert(p, id);
+            }
+        }
+        let empty_db = dirs.is_empty();
+        let mut visited: HashSet<i64> = HashSet::new();
+        let mut linked: HashSet<(u64, u64)> = HashSet::new();
+        // Rows missing from their directory's listing: deleted or renamed
+        // into a directory not scanned yet. Settled at the end.
+        let mut missing: Vec<(u64, u64, i64)> = vec![];
+        {
+            let mut insert_dir = tx
+                .prepare("INSERT INTO dirs (path) VALUES (?1)")
+                .map_err(dberr)?;
+            let mut rows_of = tx
+                .prepare(
+                    "SELECT dev, ino, name, size, alloc, mtime_ns, btime_ns FROM files WHERE dir = ?1",
+                )
+                .map_err(dberr)?;
+            let mut upsert = tx
+                .prepare(
+                    "INSERT INTO files (dev, ino, dir, name, size, alloc, mtime_ns, btime_ns)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                     ON CONFLICT (dev, ino) DO UPDATE SET
+                         dir = excluded.dir, name = excluded.name, size = excluded.size,
+                         alloc = excluded.alloc, mtime_ns = excluded.mtime_ns,
+                         generation = CASE WHEN btime_ns = excluded.btime_ns THEN generation END,
+                         last_refresh = CASE WHEN btime_ns = excluded.btime_ns THEN last_refresh END,
+                         btime_ns = excluded.btime_ns",
+                )
+                .map_err(dberr)?;
+            let mut exists = tx
+                .prepare("SELECT 1 FROM files WHERE dev = ?1 AND ino = ?2")
+                .map_err(dberr)?;
+            for batch in rx {
+                stats.dirs += 1;
+                let key = batch.dir.as_os_str().as_bytes().to_vec();
+                let (id, known) = match dirs.get(&key) {
+                    Some(&id) => {
+                        let mut known: HashMap<(u64, u64), Entry> = HashMap::new();
+                        let rows = rows_of
+                            .query_map([id], |r| {
+                                Ok(Entry {
+                                    dev: r.get::<_, i64>(0)? as u64,
+                                    ino: r.get::<_, i64>(1)? as u64,
+                                    name: r.get(2)?,
+                                    size: r.get::<_, i64>(3)? as u64,
+                                    alloc: r.get::<_, i64>(4)? as u64,
+                                    mtime_ns: r.get(5)?,
+                                    btime_ns: r.get(6)?,
+                                    nlink: 0,
+                                })
+                            })
+                            .map_err(dberr)?;
+                        for row in rows {
+                            let e = row.map_err(dberr)?;
+                            known.insert((e.dev, e.ino), e);
+                        }
+                        (id, known)
+                    }
+                    None => {
+                        insert_dir.execute([&key]).map_err(dberr)?;
+                        let id = tx.last_insert_rowid();
+                        dirs.insert(key, id);
+                        (id, HashMap::new())
+                    }
+                };
+                visited.insert(id);
+                let mut known = known;
+                for e in &batch.files {
+                    if e.nlink > 1 && !linked.insert((e.dev, e.ino)) {
+                        stats.extra_links += 1;
+                        continue;
+                    }
+                    stats.files += 1;
+                    stats.bytes += e.size;
+                    let old = known.remove(&(e.dev, e.ino));
+                    let same = old.as_ref().is_some_and(|o| {
+                        o.name == e.name
+                            && o.size == e.size
+                            && o.alloc == e.alloc
+                            && o.mtime_ns == e.mtime_ns
+                            && o.btime_ns == e.btime_ns
+                    });
+                    if same {
+                        continue;
+                    }
+                    // A file new to this directory may have moved here.
+                    let moved = old.is_none()
+                        && !empty_db
+                        && exists
+                            .exists(params![e.dev as i64, e.ino as i64])
+                            .map_err(dberr)?;
+                    let changed = upsert
+                        .execute(params![
+                            e.dev as i64,
+                            e.ino as i64,
+                            id,
+                            e.name,
+                            e.size as i64,
+                            e.alloc as i64,
+                            e.mtime_ns,
+                            e.btime_ns
+                        ])
+                        .map_err(dberr)?;
+                    debug_assert_eq!(changed, 1);
+                    if old.is_some() || moved {
+                        stats.changed += 1;
+                    } else {
+                        stats.added += 1;
+                    }
+                }
+                missing.extend(known.into_keys().map(|(d, i)| (d, i, id)));
+            }
+            let mut delete = tx
+                .prepare("DELETE FROM files WHERE dev = ?1 AND ino = ?2 AND dir = ?3")
+                .map_err(dberr)?;
+            for (dev, ino, dir) in missing {
+                stats.removed += delete
+                    .execute(params![dev as i64, ino as i64, dir])
+                    .map_err(dberr)? as u64;
+            }
+            // Directories under the root that the walk did not see are gone.
+            let mut prefix = root.as_os_str().as_bytes().to_vec();
+            let gone: Vec<i64> = dirs
+                .iter()
+                .filter(|(p, id)| {
+                    !visited.contains(id)
+                        && (p.as_slice() == prefix.as_slice() || {
+                            prefix.push(b'/');
+                            let under = p.starts_with(&prefix);
+                            prefix.pop();
+                            under
+                        })
+                })
+                .map(|(_, &id)| id)
+                .collect();
+            let mut delete_files = tx
+                .prepare("DELETE FROM files WHERE dir = ?1")
+                .map_err(dberr)?;
+            let mut delete_dir = tx
+                .prepare("DELETE FROM dirs WHERE id = ?1")
+                .map_err(dberr)?;
+            for id in gone {
+                stats.removed += delete_files.execute([id]).map_err(dberr)? as u64;
+                delete_dir.execute([id]).map_err(dberr)?;
+            }
+        }
+        let (walked, problems) = walker.join().unwrap_or_else(|_| {
+            (
+                Err(std::io::Error::other("the walk thread panicked")),
+                vec![],
+            )
+        });
+        if let Err(source) = walked {
+            // The root itself is unreadable: change nothing.
+            drop(tx);
+            return Err(StoreError::Io {
+                path: root.into(),
+                source,
+            });
+        }
+        tx.commit().map_err(dberr)?;
+        stats.problems = problems
+            .into_iter()
+            .map(|p| format!("{}: {}", p.path.display(), p.error))
+            .collect();
+        stats.seconds = started.elapsed().as_secs_f64();
+        Ok(stats)
+    }
+
+    /// Files under `root` on any of `devs` (all devices when empty).
+    pub fn files(&self, root: &Path, devs: &[u64]) -> Result<Vec<FileRecord>, StoreError> {
+        let mut q = self.db(self.conn.prepare(
+            "SELECT f.dev, f.ino, d.path, f.name, f.size, f.alloc, f.mtime_ns, f.btime_ns,
+                    f.generation, f.last_refresh
+             FROM files f JOIN dirs d ON f.dir = d.id",
+        ))?;
+        let rows = self.db(q.query_map([], |r| {
+            let dir: Vec<u8> = r.get(2)?;
+            let name: Vec<u8> = r.get(3)?;
+            Ok(FileRecord {
+                dev: r.get::<_, i64>(0)? as u64,
+                ino: r.get::<_, i64>(1)? as u64,
+                path: Path::new(OsStr::from_bytes(&dir)).join(OsStr::from_bytes(&name)),
+                size: r.get::<_, i64>(4)? as u64,
+                alloc: r.get::<_, i64>(5)? as u64,
+                mtime_ns: r.get(6)?,
+                btime_ns: r.get(7)?,
+                generation: r.get(8)?,
+                last_refresh: r.get(9)?,
+            })
+        }))?;
+        let mut out = vec![];
+        for row in rows {
+            let f = self.db(row)?;
+            if (devs.is_empty() || devs.contains(&f.dev)) && f.path.starts_with(root) {
+                out.push(f);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records a completed refresh of (dev, ino) at `when`.
+    pub fn mark_refreshed(
+        &self,
+        dev: u64,
+        ino: u64,
+        when: i64,
+        generation: Option<u32>,
+    ) -> Result<bool, StoreError> {
+        let n = self.db(self.conn.execute(
+            "UPDATE files SET last_refresh = ?3, generation = COALESCE(?4, generation)
+             WHERE dev = ?1 AND ino = ?2",
+            params![dev as i64, ino as i64, when, generation],
+        ))?;
+        Ok(n == 1)
+    }
+
+    /// Number of file rows.
+    pub fn count(&self) -> Result<u64, StoreError> {
+        self.db(
+            self.conn
+                .query_row("SELECT COUNT(*) FROM files", [], |r| r.get::<_, i64>(0)),
+        )
+        .map(|n| n as u64)
+    }
+}

@@ -1,0 +1,140 @@
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use super::*;
+
+fn write(p: &Path, n: usize) {
+    fs::create_dir_all(p.parent().expect("has parent")).expect("mkdir");
+    fs::write(p, vec![7u8; n]).expect("write");
+}
+
+fn paths(store: &Store, root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = store
+        .files(root, &[])
+        .expect("files")
+        .into_iter()
+        .map(|f| f.path.strip_prefix(root).expect("under root").display().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn first_scan_records_every_regular_file_once() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path();
+    write(&root.join("a"), 10);
+    write(&root.join("d/b"), 20);
+    write(&root.join("d/e/c"), 30);
+    fs::hard_link(root.join("a"), root.join("d/a-link")).expect("link");
+    std::os::unix::fs::symlink(root.join("a"), root.join("sym")).expect("symlink");
+    std::os::unix::fs::symlink("/etc", root.join("d/etc")).expect("symlink");
+    let mut store = Store::memory().expect("store");
+    let s = store.scan(root).expect("scan");
+    assert_eq!((s.files, s.added, s.extra_links, s.bytes), (3, 3, 1, 60));
+    assert_eq!(s.dirs, 3);
+    assert_eq!(paths(&store, root), ["a", "d/b", "d/e/c"]);
+    let f = &store.files(root, &[]).expect("files")[0];
+    let md = fs::metadata(root.join("a")).expect("stat");
+    assert_eq!((f.dev, f.ino, f.size), (md.dev(), md.ino(), 10));
+    assert_eq!(f.mtime_ns, md.mtime() * 1_000_000_000 + md.mtime_nsec());
+}
+
+#[test]
+fn rescan_writes_only_differences_and_keeps_history_across_renames() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path();
+    for i in 0..5 {
+        write(&root.join(format!("d{i}/f")), 100);
+    }
+    let mut store = Store::memory().expect("store");
+    store.scan(root).expect("scan");
+    let f0 = store.files(root, &[]).expect("files").remove(0);
+    assert!(store.mark_refreshed(f0.dev, f0.ino, 1234, Some(7)).expect("mark"));
+
+    let again = store.scan(root).expect("rescan");
+    assert_eq!((again.added, again.changed, again.removed, again.files), (0, 0, 0, 5));
+
+    // Rename across directories (both orders of the walk), modify, delete.
+    fs::rename(root.join("d0/f"), root.join("d4/moved")).expect("rename");
+    fs::write(root.join("d1/f"), vec![1u8; 4000]).expect("rewrite");
+    fs::remove_dir_all(root.join("d2")).expect("rm");
+    write(&root.join("d3/new"), 1);
+    let s = store.scan(root).expect("rescan");
+    assert_eq!((s.added, s.changed, s.removed, s.files), (1, 2, 1, 5), "{s:?}");
+    assert_eq!(paths(&store, root), ["d1/f", "d3/f", "d3/new", "d4/f", "d4/moved"]);
+    let moved = store
+        .files(root, &[])
+        .expect("files")
+        .into_iter()
+        .find(|f| f.path.ends_with("d4/moved"))
+        .expect("moved file");
+    assert_eq!((moved.ino, moved.last_refresh, moved.generation), (f0.ino, Some(1234), Some(7)));
+    assert_eq!(moved.data_written(), 1234.max(moved.mtime_ns / 1_000_000_000));
+}
+
+#[test]
+fn scans_of_two_roots_do_not_delete_each_other() {
+    let t = tempfile::tempdir().expect("tempdir");
+    write(&t.path().join("a/x"), 1);
+    write(&t.path().join("b/y"), 1);
+    let mut store = Store::memory().expect("store");
+    store.scan(&t.path().join("a")).expect("scan a");
+    store.scan(&t.path().join("b")).expect("scan b");
+    store.scan(&t.path().join("a")).expect("rescan a");
+    assert_eq!(store.count().expect("count"), 2);
+    assert_eq!(store.files(&t.path().join("b"), &[]).expect("files").len(), 1);
+}
+
+#[test]
+fn an_unreadable_root_changes_nothing() {
+    let t = tempfile::tempdir().expect("tempdir");
+    write(&t.path().join("a/x"), 1);
+    let mut store = Store::memory().expect("store");
+    store.scan(&t.path().join("a")).expect("scan");
+    let err = store.scan(&t.path().join("missing")).expect_err("no such dir");
+    assert!(err.to_string().contains("missing"), "{err}");
+    assert_eq!(store.count().expect("count"), 1);
+}
+
+#[test]
+fn state_persists_and_a_foreign_schema_is_refused() {
+    let t = tempfile::tempdir().expect("tempdir");
+    write(&t.path().join("tree/x"), 1);
+    {
+        let mut store = Store::open(&t.path().join("state")).expect("open");
+        store.scan(&t.path().join("tree")).expect("scan");
+    }
+    let store = Store::open(&t.path().join("state")).expect("reopen");
+    assert_eq!(store.count().expect("count"), 1);
+    drop(store);
+    let conn = rusqlite::Connection::open(t.path().join("state/state.db")).expect("sqlite");
+    conn.execute("UPDATE meta SET value = 99 WHERE key = 'schema'", [])
+        .expect("update");
+    drop(conn);
+    let err = Store::open(&t.path().join("state")).expect_err("refused");
+    assert!(err.to_string().contains("schema version 99"), "{err}");
+}
+
+#[test]
+fn data_age_uses_the_later_of_mtime_and_last_refresh() {
+    let f = FileRecord {
+        dev: 1,
+        ino: 2,
+        path: "/x".into(),
+        size: 0,
+        alloc: 0,
+        mtime_ns: 1_000 * 1_000_000_000,
+        btime_ns: 0,
+        generation: None,
+        last_refresh: None,
+    };
+    assert_eq!(f.data_age(1_500).as_secs(), 500);
+    let g = FileRecord {
+        last_refresh: Some(1_400),
+        ..f.clone()
+    };
+    assert_eq!(g.data_age(1_500).as_secs(), 100);
+    assert_eq!(f.data_age(10).as_secs(), 0);
+}
