@@ -62,12 +62,13 @@ fn scan(root: &Path, state: &Path) -> (Duration, u64, u64, u64, u64) {
         .env("REFRESHD_BENCH_SCAN_STATE", state)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s = String::from_utf8(out.stdout).unwrap();
-    let v: Vec<f64> = s
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    let v: Vec<f64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
     (
         Duration::from_secs_f64(v[0]),
         v[1] as u64,

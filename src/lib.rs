@@ -13,9 +13,11 @@ compile_error!("refreshd supports 64-bit Linux only");
 
 pub mod config;
 pub mod drive;
-pub mod inventory;
 pub mod engine;
+pub mod inventory;
 pub mod oneshot;
+pub mod policy;
+pub mod sampler;
 pub mod units;
 pub mod walk;
 

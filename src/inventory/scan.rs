@@ -48,7 +48,11 @@ fn ns(t: rustix::fs::StatxTimestamp) -> i64 {
 /// Walks `root` (a directory) and sends a batch per directory. Stops early
 /// when the receiver hangs up. Subdirectories on other filesystems (mount
 /// points, btrfs subvolumes) are not entered.
-pub fn walk(root: &Path, tx: &SyncSender<Batch>, problems: &mut Vec<WalkProblem>) -> io::Result<()> {
+pub fn walk(
+    root: &Path,
+    tx: &SyncSender<Batch>,
+    problems: &mut Vec<WalkProblem>,
+) -> io::Result<()> {
     let root_fd: OwnedFd = rustix::fs::open(
         root,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,

@@ -143,12 +143,12 @@ impl Store {
              ) WITHOUT ROWID;
              CREATE INDEX IF NOT EXISTS files_by_dir ON files (dir);",
         ))?;
-        let version: Option<i64> = store.db(
-            store
-                .conn
-                .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| r.get(0))
-                .optional(),
-        )?;
+        let version: Option<i64> = store.db(store
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })
+            .optional())?;
         match version {
             None => {
                 store.db(store.conn.execute(
@@ -420,10 +420,9 @@ impl Store {
 
     /// Number of file rows.
     pub fn count(&self) -> Result<u64, StoreError> {
-        self.db(
-            self.conn
-                .query_row("SELECT COUNT(*) FROM files", [], |r| r.get::<_, i64>(0)),
-        )
-        .map(|n| n as u64)
+        self.db(self
+            .conn
+            .query_row("SELECT COUNT(*) FROM files", [], |r| r.get::<_, i64>(0)))
+            .map(|n| n as u64)
     }
 }

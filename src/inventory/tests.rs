@@ -14,7 +14,13 @@ fn paths(store: &Store, root: &Path) -> Vec<String> {
         .files(root, &[])
         .expect("files")
         .into_iter()
-        .map(|f| f.path.strip_prefix(root).expect("under root").display().to_string())
+        .map(|f| {
+            f.path
+                .strip_prefix(root)
+                .expect("under root")
+                .display()
+                .to_string()
+        })
         .collect();
     v.sort();
     v
@@ -51,10 +57,15 @@ fn rescan_writes_only_differences_and_keeps_history_across_renames() {
     let mut store = Store::memory().expect("store");
     store.scan(root).expect("scan");
     let f0 = store.files(root, &[]).expect("files").remove(0);
-    assert!(store.mark_refreshed(f0.dev, f0.ino, 1234, Some(7)).expect("mark"));
+    assert!(store
+        .mark_refreshed(f0.dev, f0.ino, 1234, Some(7))
+        .expect("mark"));
 
     let again = store.scan(root).expect("rescan");
-    assert_eq!((again.added, again.changed, again.removed, again.files), (0, 0, 0, 5));
+    assert_eq!(
+        (again.added, again.changed, again.removed, again.files),
+        (0, 0, 0, 5)
+    );
 
     // Rename across directories (both orders of the walk), modify, delete.
     fs::rename(root.join("d0/f"), root.join("d4/moved")).expect("rename");
@@ -62,16 +73,29 @@ fn rescan_writes_only_differences_and_keeps_history_across_renames() {
     fs::remove_dir_all(root.join("d2")).expect("rm");
     write(&root.join("d3/new"), 1);
     let s = store.scan(root).expect("rescan");
-    assert_eq!((s.added, s.changed, s.removed, s.files), (1, 2, 1, 5), "{s:?}");
-    assert_eq!(paths(&store, root), ["d1/f", "d3/f", "d3/new", "d4/f", "d4/moved"]);
+    assert_eq!(
+        (s.added, s.changed, s.removed, s.files),
+        (1, 2, 1, 5),
+        "{s:?}"
+    );
+    assert_eq!(
+        paths(&store, root),
+        ["d1/f", "d3/f", "d3/new", "d4/f", "d4/moved"]
+    );
     let moved = store
         .files(root, &[])
         .expect("files")
         .into_iter()
         .find(|f| f.path.ends_with("d4/moved"))
         .expect("moved file");
-    assert_eq!((moved.ino, moved.last_refresh, moved.generation), (f0.ino, Some(1234), Some(7)));
-    assert_eq!(moved.data_written(), 1234.max(moved.mtime_ns / 1_000_000_000));
+    assert_eq!(
+        (moved.ino, moved.last_refresh, moved.generation),
+        (f0.ino, Some(1234), Some(7))
+    );
+    assert_eq!(
+        moved.data_written(),
+        1234.max(moved.mtime_ns / 1_000_000_000)
+    );
 }
 
 #[test]
@@ -84,7 +108,10 @@ fn scans_of_two_roots_do_not_delete_each_other() {
     store.scan(&t.path().join("b")).expect("scan b");
     store.scan(&t.path().join("a")).expect("rescan a");
     assert_eq!(store.count().expect("count"), 2);
-    assert_eq!(store.files(&t.path().join("b"), &[]).expect("files").len(), 1);
+    assert_eq!(
+        store.files(&t.path().join("b"), &[]).expect("files").len(),
+        1
+    );
 }
 
 #[test]
@@ -93,7 +120,9 @@ fn an_unreadable_root_changes_nothing() {
     write(&t.path().join("a/x"), 1);
     let mut store = Store::memory().expect("store");
     store.scan(&t.path().join("a")).expect("scan");
-    let err = store.scan(&t.path().join("missing")).expect_err("no such dir");
+    let err = store
+        .scan(&t.path().join("missing"))
+        .expect_err("no such dir");
     assert!(err.to_string().contains("missing"), "{err}");
     assert_eq!(store.count().expect("count"), 1);
 }

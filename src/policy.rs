@@ -1,0 +1,291 @@
+//! Deciding: is a drive degraded, and what should be rewritten?
+//!
+//! **Judging a round.** The stale-data throughput of a round is the median
+//! over its sequential regions (a robust statistic: one stalled request
+//! does not sink it). It is compared with two floors, `min_throughput` and
+//! `min_ratio` × the fresh reference's median; the round's *score* is the
+//! smaller of stale/min_throughput and ratio/min_ratio, so score < 1 means
+//! "below a floor".
+//!
+//! **Confirming.** One slow round proves little on a busy host, so the
+//! daemon's [`Health`] keeps the last three scores and acts on their
+//! median: a drive becomes degraded when two of three rounds are below 1,
+//! and healthy again only when the median is at least 1.2 (hysteresis:
+//! a drive hovering at the threshold does not flap). A one-shot survey has
+//! one round and says so.
+//!
+//! **After a refresh.** The rewritten data is measured like fresh data; if
+//! it is still below the floors the drive is `not_recovering` (it may be
+//! refreshing internally or failing): reported, not rewritten again and
+//! again. It leaves that state when a later round is healthy, or when an
+//! operator forces a refresh.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::inventory::FileRecord;
+use crate::sampler::DriveSample;
+
+/// The two floors.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Thresholds {
+    pub min_throughput: u64,
+    pub min_ratio: f64,
+}
+
+/// The verdict on one round.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Judgement {
+    pub stale_bps: Option<f64>,
+    pub fresh_bps: Option<f64>,
+    pub ratio: Option<f64>,
+    /// min(stale/min_throughput, ratio/min_ratio); `None` without stale data.
+    pub score: Option<f64>,
+    /// Why it is below, in words (empty when it is not).
+    pub reasons: Vec<String>,
+}
+
+impl Judgement {
+    pub fn below(&self) -> bool {
+        self.score.is_some_and(|s| s < 1.0)
+    }
+}
+
+fn mbps(bps: f64) -> String {
+    format!("{:.0} MB/s", bps / 1e6)
+}
+
+/// Judges one round's stale and fresh measurements.
+pub fn judge(stale_bps: Option<f64>, fresh_bps: Option<f64>, th: Thresholds) -> Judgement {
+    let ratio = match (stale_bps, fresh_bps) {
+        (Some(s), Some(f)) if f > 0.0 => Some(s / f),
+        _ => None,
+    };
+    let mut reasons = vec![];
+    let score = stale_bps.map(|s| {
+        let floor = if th.min_throughput > 0 {
+            s / th.min_throughput as f64
+        } else {
+            f64::INFINITY
+        };
+        if floor < 1.0 {
+            reasons.push(format!(
+                "stale data reads at {} < min_throughput {}",
+                mbps(s),
+                mbps(th.min_throughput as f64)
+            ));
+        }
+        let rel = match ratio {
+            Some(r) if th.min_ratio > 0.0 => r / th.min_ratio,
+            _ => f64::INFINITY,
+        };
+        if rel < 1.0 {
+            reasons.push(format!(
+                "stale/fresh ratio {:.2} < min_ratio {}",
+                ratio.unwrap_or(0.0),
+                th.min_ratio
+            ));
+        }
+        floor.min(rel)
+    });
+    Judgement {
+        stale_bps,
+        fresh_bps,
+        ratio,
+        score: score.filter(|s| s.is_finite()).or(score.map(|_| f64::MAX)),
+        reasons,
+    }
+}
+
+/// Judges a sampled round.
+pub fn judge_sample(s: &DriveSample, th: Thresholds) -> Judgement {
+    judge(
+        s.stale.median_bps(),
+        s.fresh.as_ref().and_then(|f| f.median_bps()),
+        th,
+    )
+}
+
+/// A drive's state as the daemon tracks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthState {
+    /// Not measured yet, or nothing stale to measure.
+    Unknown,
+    Healthy,
+    /// One round below the floors: re-sample soon to confirm.
+    Suspect,
+    Degraded,
+    /// Refreshed, and the rewritten data is still slow.
+    NotRecovering,
+}
+
+impl HealthState {
+    pub fn name(self) -> &'static str {
+        match self {
+            HealthState::Unknown => "unknown",
+            HealthState::Healthy => "healthy",
+            HealthState::Suspect => "suspect",
+            HealthState::Degraded => "degraded",
+            HealthState::NotRecovering => "not_recovering",
+        }
+    }
+}
+
+/// Scores kept for confirmation.
+pub const WINDOW: usize = 3;
+/// Median score at which a degraded drive counts as healthy again.
+pub const RECOVER: f64 = 1.2;
+
+/// Confirmation with hysteresis over the last [`WINDOW`] rounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Health {
+    pub state: HealthState,
+    scores: VecDeque<f64>,
+    /// A refresh completed since the last round.
+    refreshed: bool,
+}
+
+impl Default for Health {
+    fn default() -> Health {
+        Health {
+            state: HealthState::Unknown,
+            scores: VecDeque::new(),
+            refreshed: false,
+        }
+    }
+}
+
+fn median(v: &VecDeque<f64>) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().collect();
+    s.sort_by(f64::total_cmp);
+    s[s.len() / 2]
+}
+
+impl Health {
+    /// Takes a round's judgement; returns the new state.
+    pub fn observe(&mut self, j: &Judgement) -> HealthState {
+        let Some(score) = j.score else {
+            // Nothing stale: nothing to refresh, the drive is not slow on
+            // anything we track.
+            if self.state == HealthState::Unknown {
+                return self.state;
+            }
+            self.scores.clear();
+            self.state = HealthState::Healthy;
+            return self.state;
+        };
+        if self.refreshed {
+            // Everything stale was rewritten: old scores describe old data.
+            self.refreshed = false;
+            self.scores.clear();
+            self.scores.push_back(score);
+            self.state = if score < 1.0 {
+                HealthState::NotRecovering
+            } else {
+                HealthState::Healthy
+            };
+            return self.state;
+        }
+        self.scores.push_back(score);
+        while self.scores.len() > WINDOW {
+            self.scores.pop_front();
+        }
+        let m = median(&self.scores);
+        let below = self.scores.iter().filter(|&&s| s < 1.0).count();
+        self.state = match self.state {
+            HealthState::Degraded if m >= RECOVER => HealthState::Healthy,
+            HealthState::Degraded => HealthState::Degraded,
+            HealthState::NotRecovering if score >= RECOVER => HealthState::Healthy,
+            HealthState::NotRecovering => HealthState::NotRecovering,
+            _ if below >= 2 && m < 1.0 => HealthState::Degraded,
+            _ if score < 1.0 => HealthState::Suspect,
+            _ => HealthState::Healthy,
+        };
+        self.state
+    }
+
+    /// A refresh of the plan finished: the next round verifies it.
+    pub fn refreshed(&mut self) {
+        self.refreshed = true;
+    }
+
+    /// Whether the daemon should refresh this drive on its own.
+    pub fn wants_refresh(&self) -> bool {
+        self.state == HealthState::Degraded
+    }
+}
+
+/// One file to rewrite.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanEntry {
+    pub path: PathBuf,
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub age_days: f64,
+}
+
+/// What to rewrite on a drive, in order.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Plan {
+    pub files: Vec<PlanEntry>,
+    pub bytes: u64,
+    /// Stale, but rewritten less than `min_interval` ago.
+    pub skipped_recent: u64,
+    /// Left for another day by the daily budget.
+    pub deferred_budget: u64,
+}
+
+/// Plan inputs.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanRules {
+    pub now: i64,
+    pub stale_after: Duration,
+    pub min_interval: Duration,
+    /// Bytes that may still be written today; `None`: no limit.
+    pub budget_left: Option<u64>,
+}
+
+/// The stale files, oldest data first, skipping those refreshed within
+/// `min_interval`, within the byte budget.
+pub fn plan(files: &[FileRecord], rules: PlanRules) -> Plan {
+    let mut out = Plan::default();
+    let mut stale: Vec<&FileRecord> = files
+        .iter()
+        .filter(|f| f.alloc > 0 && f.data_age(rules.now) >= rules.stale_after)
+        .collect();
+    stale.sort_by_key(|f| (f.data_written(), f.dev, f.ino));
+    let mut left = rules.budget_left;
+    for f in stale {
+        let recent = f.last_refresh.is_some_and(|r| {
+            Duration::from_secs(u64::try_from(rules.now - r).unwrap_or(0)) < rules.min_interval
+        });
+        if recent {
+            out.skipped_recent += 1;
+            continue;
+        }
+        if let Some(l) = left.as_mut() {
+            if f.size > *l {
+                out.deferred_budget += 1;
+                continue;
+            }
+            *l -= f.size;
+        }
+        out.bytes += f.size;
+        out.files.push(PlanEntry {
+            path: f.path.clone(),
+            dev: f.dev,
+            ino: f.ino,
+            size: f.size,
+            age_days: f.data_age(rules.now).as_secs_f64() / 86_400.0,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

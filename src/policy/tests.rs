@@ -1,0 +1,173 @@
+use proptest::prelude::*;
+
+use super::*;
+
+const TH: Thresholds = Thresholds {
+    min_throughput: 100_000_000,
+    min_ratio: 0.5,
+};
+
+fn j(score: f64) -> Judgement {
+    Judgement {
+        stale_bps: Some(1.0),
+        fresh_bps: Some(1.0),
+        ratio: Some(1.0),
+        score: Some(score),
+        reasons: vec![],
+    }
+}
+
+#[test]
+fn judge_names_each_floor_it_is_below() {
+    let slow = judge(Some(40e6), Some(400e6), TH);
+    assert!(slow.below());
+    assert_eq!(slow.reasons.len(), 2, "{:?}", slow.reasons);
+    assert!((slow.score.expect("score") - 0.2).abs() < 1e-9);
+    assert!((slow.ratio.expect("ratio") - 0.1).abs() < 1e-9);
+
+    // Fast in absolute terms, but a quarter of fresh.
+    let rel = judge(Some(150e6), Some(600e6), TH);
+    assert!(rel.below());
+    assert!(rel.reasons[0].contains("ratio 0.25"), "{:?}", rel.reasons);
+
+    let ok = judge(Some(380e6), Some(400e6), TH);
+    assert!(!ok.below() && ok.reasons.is_empty());
+
+    // Without a reference only the absolute floor applies.
+    assert!(!judge(Some(150e6), None, TH).below());
+    assert!(judge(Some(50e6), None, TH).below());
+    // Nothing stale: no score.
+    assert_eq!(judge(None, Some(400e6), TH).score, None);
+}
+
+#[test]
+fn degraded_needs_two_of_three_rounds() {
+    let mut h = Health::default();
+    assert_eq!(h.observe(&j(1.5)), HealthState::Healthy);
+    assert_eq!(h.observe(&j(0.4)), HealthState::Suspect);
+    assert!(!h.wants_refresh());
+    assert_eq!(h.observe(&j(0.5)), HealthState::Degraded);
+    assert!(h.wants_refresh());
+    // One good round does not clear it; a good median does.
+    assert_eq!(h.observe(&j(1.5)), HealthState::Degraded);
+    assert_eq!(h.observe(&j(1.5)), HealthState::Healthy);
+}
+
+#[test]
+fn a_refresh_that_does_not_help_is_reported_not_repeated() {
+    let mut h = Health::default();
+    for s in [0.3, 0.3] {
+        h.observe(&j(s));
+    }
+    assert!(h.wants_refresh());
+    h.refreshed();
+    assert_eq!(h.observe(&j(0.35)), HealthState::NotRecovering);
+    assert!(!h.wants_refresh());
+    // Still slow: still not recovering, still not refreshed again.
+    assert_eq!(h.observe(&j(0.3)), HealthState::NotRecovering);
+    assert_eq!(h.observe(&j(0.3)), HealthState::NotRecovering);
+    assert!(!h.wants_refresh());
+    // It came back by itself.
+    assert_eq!(h.observe(&j(1.3)), HealthState::Healthy);
+
+    let mut ok = Health::default();
+    ok.observe(&j(0.2));
+    ok.observe(&j(0.2));
+    ok.refreshed();
+    assert_eq!(ok.observe(&j(1.1)), HealthState::Healthy);
+}
+
+#[test]
+fn hovering_at_the_threshold_does_not_flap() {
+    let mut h = Health::default();
+    let mut changes = 0;
+    let mut last = h.state;
+    for i in 0..200 {
+        let s = if i % 2 == 0 { 0.95 } else { 1.08 };
+        let st = h.observe(&j(s));
+        if (st == HealthState::Degraded) != (last == HealthState::Degraded) {
+            changes += 1;
+        }
+        last = st;
+    }
+    assert!(changes <= 1, "flapped {changes} times");
+}
+
+proptest! {
+    // A healthy drive measured with ±35 % noise around 1.6× the floor is
+    // never called degraded; a slow one (0.3× ± 35 %) always is, after at
+    // most two rounds, and stays so.
+    #[test]
+    fn noise_does_not_flip_the_verdict(noise in proptest::collection::vec(-0.35f64..0.35, 3..60)) {
+        let mut good = Health::default();
+        for n in &noise {
+            let st = good.observe(&j(1.6 * (1.0 + n)));
+            prop_assert_ne!(st, HealthState::Degraded);
+        }
+        let mut bad = Health::default();
+        for (i, n) in noise.iter().enumerate() {
+            let st = bad.observe(&j(0.3 * (1.0 + n)));
+            if i >= 1 {
+                prop_assert_eq!(st, HealthState::Degraded);
+            }
+        }
+    }
+}
+
+fn rec(ino: u64, mtime_days_ago: i64, last_refresh_days_ago: Option<i64>, size: u64) -> FileRecord {
+    let now = 1_000 * 86_400;
+    FileRecord {
+        dev: 1,
+        ino,
+        path: format!("/srv/f{ino}").into(),
+        size,
+        alloc: size,
+        mtime_ns: (now - mtime_days_ago * 86_400) * 1_000_000_000,
+        btime_ns: 0,
+        generation: None,
+        last_refresh: last_refresh_days_ago.map(|d| now - d * 86_400),
+    }
+}
+
+fn rules(budget: Option<u64>) -> PlanRules {
+    PlanRules {
+        now: 1_000 * 86_400,
+        stale_after: Duration::from_secs(30 * 86_400),
+        min_interval: Duration::from_secs(30 * 86_400),
+        budget_left: budget,
+    }
+}
+
+#[test]
+fn plan_lists_stale_files_oldest_first() {
+    let files = [
+        rec(1, 40, None, 10),
+        rec(2, 200, None, 10),
+        rec(3, 5, None, 10),       // fresh
+        rec(4, 400, Some(10), 10), // refreshed 10 days ago: its data is fresh
+        rec(5, 100, None, 10),
+    ];
+    let p = plan(&files, rules(None));
+    let inos: Vec<u64> = p.files.iter().map(|f| f.ino).collect();
+    assert_eq!(inos, [2, 5, 1]);
+    assert_eq!(p.bytes, 30);
+    assert!((p.files[0].age_days - 200.0).abs() < 1e-6);
+}
+
+#[test]
+fn plan_skips_recent_refreshes_and_respects_the_budget() {
+    // Stale by a short stale_after but refreshed 10 days ago (< min_interval).
+    let mut r = rules(Some(25));
+    r.stale_after = Duration::from_secs(5 * 86_400);
+    let files = [
+        rec(1, 400, Some(10), 10),
+        rec(2, 300, None, 10),
+        rec(3, 200, None, 10),
+        rec(4, 100, None, 20),
+        rec(5, 50, None, 5),
+    ];
+    let p = plan(&files, r);
+    let inos: Vec<u64> = p.files.iter().map(|f| f.ino).collect();
+    assert_eq!(inos, [2, 3, 5]);
+    assert_eq!((p.skipped_recent, p.deferred_budget, p.bytes), (1, 1, 25));
+}

@@ -1,0 +1,544 @@
+//! Per-drive read sampling: how fast does this drive read its stale data,
+//! compared with data it wrote moments ago?
+//!
+//! A round, within a read budget (`sample_bytes`):
+//! 1. **Fresh reference.** A canary: an unnamed `O_TMPFILE` in the sampled
+//!    tree's root (same filesystem, so the same drive), filled with
+//!    incompressible bytes by O_DIRECT writes and `fdatasync`ed. It is
+//!    written first and read last, after the stale data, so the drive has
+//!    had time to move it out of any write cache; it vanishes when closed.
+//!    (Recently written user files would be a free reference, but there may
+//!    be none, and they are not fresh once the drive has aged them.) If no
+//!    canary can be written (no space, read-only) the round has no
+//!    reference and only the absolute floor applies.
+//! 2. **Stale data by age bucket.** The budget is split evenly over the
+//!    non-empty data-age buckets; within one, files are chosen at random
+//!    weighted by allocated bytes, then a random data extent (FIEMAP; holes,
+//!    unwritten, delalloc and inline extents excluded) and a region in it.
+//!    (a) sequential: regions of up to 4 MiB read as 1 MiB requests, 8 in
+//!    flight (as readahead or a bulk copy would), throughput per region;
+//!    (b) latency: 4 KiB reads at random aligned offsets, one at a time.
+//!
+//! Every read is O_DIRECT and O_NOATIME: nothing enters the page cache,
+//! access times do not move. Bytes read never exceed the budget.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rustix::fs::{openat2, Mode, OFlags, ResolveFlags, CWD};
+use serde::Serialize;
+
+use crate::engine::backend::{open_backend, IoBackend, Op};
+use crate::engine::buffers::BufferPool;
+use crate::engine::sys::{
+    self, FIEMAP_EXTENT_DATA_INLINE, FIEMAP_EXTENT_DELALLOC, FIEMAP_EXTENT_ENCODED,
+    FIEMAP_EXTENT_NOT_ALIGNED, FIEMAP_EXTENT_UNKNOWN, FIEMAP_EXTENT_UNWRITTEN,
+};
+use crate::engine::BackendChoice;
+use crate::inventory::FileRecord;
+
+pub const MONTH: f64 = 30.44 * 86_400.0;
+const ALIGN: u64 = 4096;
+const REQ: usize = 1 << 20;
+const DEPTH: usize = 8;
+const REGION: u64 = 4 << 20;
+const SMALL: usize = 4096;
+
+/// Data-age buckets, in months: `[edge[i], edge[i+1])`, the last open.
+pub const BUCKET_EDGES: [f64; 11] = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 9.0, 12.0, 24.0];
+
+/// Index of the bucket for an age in months.
+pub fn bucket_of(months: f64) -> usize {
+    BUCKET_EDGES.iter().rposition(|&e| months >= e).unwrap_or(0)
+}
+
+/// "0-1", …, "24+".
+pub fn bucket_label(i: usize) -> String {
+    match BUCKET_EDGES.get(i + 1) {
+        Some(hi) => format!("{}-{}", BUCKET_EDGES[i], hi),
+        None => format!("{}+", BUCKET_EDGES[i]),
+    }
+}
+
+/// p25/p50/p75/p95 and mean, the columns of the table in DESIGN.md.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct Percentiles {
+    pub p25: f64,
+    pub p50: f64,
+    pub p75: f64,
+    pub p95: f64,
+    pub mean: f64,
+    pub count: usize,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles (linear interpolation between ranks).
+    pub fn of(values: &[f64]) -> Option<Percentiles> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let q = |p: f64| {
+            let pos = p * (v.len() - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+        };
+        Some(Percentiles {
+            p25: q(0.25),
+            p50: q(0.5),
+            p75: q(0.75),
+            p95: q(0.95),
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            count: v.len(),
+        })
+    }
+}
+
+/// What one set of reads measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Measurement {
+    /// Sequential throughput per region, bytes/s.
+    pub throughput: Option<Percentiles>,
+    /// All sequential bytes over all sequential time, bytes/s.
+    pub aggregate_bps: Option<f64>,
+    /// Latency of 4 KiB reads at queue depth 1, milliseconds.
+    pub latency_ms: Option<Percentiles>,
+    pub bytes_read: u64,
+    /// Reads that failed (EIO…); they are reported, not retried.
+    pub errors: u64,
+}
+
+impl Measurement {
+    /// The robust throughput statistic: the median over regions.
+    pub fn median_bps(&self) -> Option<f64> {
+        self.throughput.map(|t| t.p50)
+    }
+}
+
+/// One data-age bucket of a drive.
+#[derive(Debug, Clone, Serialize)]
+pub struct BucketSample {
+    pub label: String,
+    pub min_months: f64,
+    pub files: u64,
+    pub bytes: u64,
+    pub stale: bool,
+    pub measured: Measurement,
+}
+
+/// A round on one drive.
+#[derive(Debug, Clone, Serialize)]
+pub struct DriveSample {
+    pub fresh: Option<Measurement>,
+    /// Why there is no fresh reference, if there is none.
+    pub fresh_missing: Option<String>,
+    pub buckets: Vec<BucketSample>,
+    /// All stale buckets together.
+    pub stale: Measurement,
+    pub stale_files: u64,
+    pub stale_bytes: u64,
+    pub bytes_read: u64,
+    pub canary_bytes: u64,
+    pub seconds: f64,
+}
+
+/// How to sample.
+#[derive(Debug, Clone)]
+pub struct SampleOptions {
+    pub budget: u64,
+    pub stale_after: Duration,
+    /// Where the canary goes (a directory on the drive's filesystem).
+    pub canary_dir: Option<PathBuf>,
+    /// Space that must stay free on the filesystem after the canary.
+    pub min_free: u64,
+    pub seed: u64,
+    pub now: i64,
+}
+
+/// A file's readable data extents.
+struct Candidate {
+    fd: OwnedFd,
+    /// (logical offset, length), aligned to 4 KiB, within the file size.
+    extents: Vec<(u64, u64)>,
+    total: u64,
+}
+
+fn open_direct(path: &Path) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let resolve = ResolveFlags::NO_SYMLINKS;
+    match openat2(CWD, path, flags | OFlags::NOATIME, Mode::empty(), resolve) {
+        Err(rustix::io::Errno::PERM) => Ok(openat2(CWD, path, flags, Mode::empty(), resolve)?),
+        r => Ok(r?),
+    }
+}
+
+fn candidate(f: &FileRecord) -> Option<Candidate> {
+    let fd = open_direct(&f.path).ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if st.st_ino != f.ino || st.st_dev != f.dev {
+        return None; // replaced since the scan
+    }
+    let size = u64::try_from(st.st_size).ok()?;
+    let skip = FIEMAP_EXTENT_UNKNOWN
+        | FIEMAP_EXTENT_DELALLOC
+        | FIEMAP_EXTENT_ENCODED
+        | FIEMAP_EXTENT_NOT_ALIGNED
+        | FIEMAP_EXTENT_DATA_INLINE
+        | FIEMAP_EXTENT_UNWRITTEN;
+    let extents: Vec<(u64, u64)> = sys::fiemap(fd.as_fd())
+        .ok()?
+        .into_iter()
+        .filter(|e| e.flags & skip == 0)
+        .filter_map(|e| {
+            let start = e.logical.next_multiple_of(ALIGN);
+            let end = (e.logical + e.length).min(size) / ALIGN * ALIGN;
+            (end > start).then_some((start, end - start))
+        })
+        .collect();
+    let total = extents.iter().map(|e| e.1).sum();
+    (total > 0).then_some(Candidate { fd, extents, total })
+}
+
+/// Picks an aligned offset in a candidate's data, weighted by bytes, with
+/// room for `len` bytes inside the extent (shorter if the extent is).
+fn pick(c: &Candidate, rng: &mut SmallRng, len: u64) -> (u64, u64) {
+    let mut at = rng.random_range(0..c.total);
+    for &(off, l) in &c.extents {
+        if at < l {
+            let len = len.min(l);
+            let slack = (l - len) / ALIGN;
+            let start = off + rng.random_range(0..=slack) * ALIGN;
+            return (start, len);
+        }
+        at -= l;
+    }
+    let (off, l) = c.extents[0];
+    (off, len.min(l))
+}
+
+/// Reads with queue depth: sequential regions and single small reads.
+struct Reader {
+    io: Box<dyn IoBackend>,
+}
+
+impl Reader {
+    fn new() -> io::Result<Reader> {
+        let (io, _) = open_backend(BackendChoice::Auto, BufferPool::new(DEPTH, REQ))?;
+        Ok(Reader { io })
+    }
+
+    /// Reads `[off, off+len)` in 1 MiB requests, up to 8 in flight.
+    /// Returns the elapsed time, or the first error.
+    fn region(&mut self, fd: &OwnedFd, off: u64, len: u64) -> io::Result<Duration> {
+        let t = Instant::now();
+        let mut next = off;
+        let end = off + len;
+        let mut free: Vec<usize> = (0..DEPTH).collect();
+        let mut first_err = None;
+        loop {
+            while first_err.is_none() && next < end {
+                let Some(b) = free.pop() else { break };
+                let n = (end - next).min(REQ as u64) as usize;
+                self.io.submit(fd.as_raw_fd(), b, Op::Read, next, n)?;
+                next += n as u64;
+            }
+            if self.io.in_flight() == 0 {
+                break;
+            }
+            if let Some(c) = self.io.wait(Duration::from_secs(30))? {
+                free.push(c.buf);
+                match c.result {
+                    Ok(0) if first_err.is_none() => {
+                        first_err = Some(io::Error::from(io::ErrorKind::UnexpectedEof))
+                    }
+                    Err(e) if first_err.is_none() => first_err = Some(e),
+                    _ => {}
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(t.elapsed()),
+        }
+    }
+
+    fn small(&mut self, fd: &OwnedFd, off: u64) -> io::Result<Duration> {
+        let t = Instant::now();
+        self.io.submit(fd.as_raw_fd(), 0, Op::Read, off, SMALL)?;
+        loop {
+            if let Some(c) = self.io.wait(Duration::from_secs(30))? {
+                c.result?;
+                return Ok(t.elapsed());
+            }
+            if self.io.in_flight() == 0 {
+                return Err(io::Error::other("read vanished"));
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Acc {
+    regions: Vec<f64>,
+    seq_bytes: u64,
+    seq_secs: f64,
+    lat_ms: Vec<f64>,
+    bytes: u64,
+    errors: u64,
+}
+
+impl Acc {
+    fn merge(&mut self, o: &Acc) {
+        self.regions.extend(&o.regions);
+        self.seq_bytes += o.seq_bytes;
+        self.seq_secs += o.seq_secs;
+        self.lat_ms.extend(&o.lat_ms);
+        self.bytes += o.bytes;
+        self.errors += o.errors;
+    }
+
+    fn finish(&self) -> Measurement {
+        Measurement {
+            throughput: Percentiles::of(&self.regions),
+            aggregate_bps: (self.seq_secs > 0.0).then(|| self.seq_bytes as f64 / self.seq_secs),
+            latency_ms: Percentiles::of(&self.lat_ms),
+            bytes_read: self.bytes,
+            errors: self.errors,
+        }
+    }
+}
+
+/// Spends about `budget` bytes on sequential regions and small reads of
+/// `cands` (weighted by their data bytes).
+fn measure(reader: &mut Reader, cands: &[Candidate], budget: u64, rng: &mut SmallRng) -> Acc {
+    let mut acc = Acc::default();
+    let total: u64 = cands.iter().map(|c| c.total).sum();
+    if total == 0 || budget < SMALL as u64 {
+        return acc;
+    }
+    let choose = |rng: &mut SmallRng| {
+        let mut at = rng.random_range(0..total);
+        for c in cands {
+            if at < c.total {
+                return c;
+            }
+            at -= c.total;
+        }
+        &cands[0]
+    };
+    // An eighth for latency (at most 64 reads), the rest sequential.
+    let small_reads = (budget / 8 / SMALL as u64).clamp(1, 64);
+    let mut seq_budget = budget - small_reads * SMALL as u64;
+    let mut misses = 0;
+    while seq_budget >= ALIGN && misses < 64 {
+        let c = choose(rng);
+        let (off, len) = pick(c, rng, REGION.min(seq_budget / ALIGN * ALIGN));
+        if len == 0 {
+            misses += 1;
+            continue;
+        }
+        seq_budget -= len;
+        acc.bytes += len;
+        match reader.region(&c.fd, off, len) {
+            Ok(d) => {
+                let secs = d.as_secs_f64().max(1e-9);
+                // Regions under 1 MiB say more about latency than throughput.
+                if len >= REQ as u64 {
+                    acc.regions.push(len as f64 / secs);
+                    acc.seq_bytes += len;
+                    acc.seq_secs += secs;
+                }
+            }
+            Err(_) => acc.errors += 1,
+        }
+    }
+    for _ in 0..small_reads {
+        let c = choose(rng);
+        let (off, _) = pick(c, rng, SMALL as u64);
+        acc.bytes += SMALL as u64;
+        match reader.small(&c.fd, off) {
+            Ok(d) => acc.lat_ms.push(d.as_secs_f64() * 1e3),
+            Err(_) => acc.errors += 1,
+        }
+    }
+    acc
+}
+
+/// Writes the canary: `len` incompressible bytes, O_DIRECT, fdatasync.
+fn write_canary(
+    dir: &Path,
+    len: u64,
+    min_free: u64,
+    rng: &mut SmallRng,
+) -> Result<Candidate, String> {
+    let vfs = rustix::fs::statvfs(dir).map_err(|e| format!("statvfs {}: {e}", dir.display()))?;
+    let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
+    if free < len.saturating_add(min_free) {
+        return Err(format!(
+            "only {} free on {}, the canary needs {} above the {} watermark",
+            crate::units::format_size(free),
+            dir.display(),
+            crate::units::format_size(len),
+            crate::units::format_size(min_free)
+        ));
+    }
+    let fd = openat2(
+        CWD,
+        dir,
+        OFlags::TMPFILE | OFlags::RDWR | OFlags::DIRECT | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+        ResolveFlags::NO_SYMLINKS,
+    )
+    .map_err(|e| format!("O_TMPFILE in {}: {e}", dir.display()))?;
+    let mut pool = BufferPool::new(1, REQ);
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(REQ as u64) as usize;
+        rng.fill(&mut pool.get_mut(0)[..n]);
+        let w = rustix::io::pwrite(&fd, &pool.get(0)[..n], off)
+            .map_err(|e| format!("writing the canary: {e}"))?;
+        if w != n {
+            return Err("short canary write".into());
+        }
+        off += n as u64;
+    }
+    rustix::fs::fdatasync(&fd).map_err(|e| format!("fdatasync of the canary: {e}"))?;
+    Ok(Candidate {
+        fd,
+        extents: vec![(0, len)],
+        total: len,
+    })
+}
+
+/// One sampling round over `files` (all on one drive).
+pub fn sample(files: &[FileRecord], opts: &SampleOptions) -> io::Result<DriveSample> {
+    let started = Instant::now();
+    let mut rng = SmallRng::seed_from_u64(opts.seed);
+    let mut reader = Reader::new()?;
+    // The canary takes a quarter of the budget (4–32 MiB) when it fits.
+    let canary_len = (opts.budget / 4 / REGION * REGION).clamp(REGION, 32 << 20);
+    let canary = match (&opts.canary_dir, opts.budget >= 2 * canary_len) {
+        (Some(dir), true) => write_canary(dir, canary_len, opts.min_free, &mut rng),
+        (Some(_), false) => Err("the sample budget is too small for a fresh reference".into()),
+        (None, _) => Err("no directory for a canary".into()),
+    };
+    let mut groups: Vec<Vec<&FileRecord>> = vec![vec![]; BUCKET_EDGES.len()];
+    for f in files {
+        let months = f.data_age(opts.now).as_secs_f64() / MONTH;
+        groups[bucket_of(months)].push(f);
+    }
+    let stale_of = |f: &FileRecord| f.data_age(opts.now) >= opts.stale_after;
+    let used = groups
+        .iter()
+        .filter(|g| g.iter().any(|f| f.alloc > 0))
+        .count() as u64;
+    let left = opts.budget - if canary.is_ok() { canary_len } else { 0 };
+    let per_bucket = if used > 0 { left / used } else { 0 };
+    let mut buckets = vec![];
+    let mut stale_acc = Acc::default();
+    let (mut stale_files, mut stale_bytes, mut total_read) = (0, 0, 0);
+    for (i, g) in groups.iter().enumerate() {
+        if g.is_empty() {
+            continue;
+        }
+        let stale = g.iter().all(|f| stale_of(f));
+        let bytes: u64 = g.iter().map(|f| f.size).sum();
+        // Choose up to 64 files by allocated bytes, then measure them.
+        let mut cum = Vec::with_capacity(g.len());
+        let mut weights = 0u64;
+        for f in g {
+            weights += f.alloc;
+            cum.push(weights);
+        }
+        let mut cands = vec![];
+        let mut chosen = std::collections::HashSet::new();
+        let mut tries = 0;
+        while weights > 0 && cands.len() < 64 && chosen.len() < g.len() && tries < 256 {
+            tries += 1;
+            let at = rng.random_range(0..weights);
+            let k = cum.partition_point(|&c| c <= at);
+            if chosen.insert(k) {
+                if let Some(c) = candidate(g[k]) {
+                    cands.push(c);
+                }
+            }
+        }
+        let acc = measure(&mut reader, &cands, per_bucket, &mut rng);
+        total_read += acc.bytes;
+        for f in g {
+            if stale_of(f) {
+                stale_files += 1;
+                stale_bytes += f.size;
+            }
+        }
+        if stale {
+            stale_acc.merge(&acc);
+        }
+        buckets.push(BucketSample {
+            label: bucket_label(i),
+            min_months: BUCKET_EDGES[i],
+            files: g.len() as u64,
+            bytes,
+            stale,
+            measured: acc.finish(),
+        });
+    }
+    let (fresh, fresh_missing) = match canary {
+        Ok(c) => {
+            let cands = [c];
+            let acc = measure(&mut reader, &cands, canary_len, &mut rng);
+            total_read += acc.bytes;
+            (Some(acc.finish()), None)
+        }
+        Err(why) => (None, Some(why)),
+    };
+    let canary_bytes = if fresh.is_some() { canary_len } else { 0 };
+    Ok(DriveSample {
+        fresh,
+        fresh_missing,
+        buckets,
+        stale: stale_acc.finish(),
+        stale_files,
+        stale_bytes,
+        bytes_read: total_read,
+        canary_bytes,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_between_ranks() {
+        let p = Percentiles::of(&[1.0, 2.0, 3.0, 4.0, 5.0]).expect("values");
+        assert_eq!(
+            (p.p25, p.p50, p.p75, p.mean, p.count),
+            (2.0, 3.0, 4.0, 3.0, 5)
+        );
+        assert!((p.p95 - 4.8).abs() < 1e-9);
+        let one = Percentiles::of(&[7.0]).expect("one value");
+        assert_eq!((one.p25, one.p95), (7.0, 7.0));
+        assert!(Percentiles::of(&[]).is_none());
+        // Order does not matter.
+        assert_eq!(Percentiles::of(&[5.0, 1.0, 4.0, 2.0, 3.0]), Some(p));
+    }
+
+    #[test]
+    fn buckets_cover_every_age() {
+        assert_eq!(bucket_of(0.0), 0);
+        assert_eq!(bucket_of(0.99), 0);
+        assert_eq!(bucket_of(1.0), 1);
+        assert_eq!(bucket_of(6.5), 6);
+        assert_eq!(bucket_of(8.0), 7);
+        assert_eq!(bucket_of(100.0), BUCKET_EDGES.len() - 1);
+        assert_eq!(bucket_label(0), "0-1");
+        assert_eq!(bucket_label(BUCKET_EDGES.len() - 1), "24+");
+    }
+}
