@@ -18,6 +18,7 @@ pub mod inventory;
 pub mod oneshot;
 pub mod policy;
 pub mod sampler;
+pub mod survey;
 pub mod units;
 pub mod walk;
 

@@ -438,7 +438,7 @@ pub fn sample(files: &[FileRecord], opts: &SampleOptions) -> io::Result<DriveSam
         .filter(|g| g.iter().any(|f| f.alloc > 0))
         .count() as u64;
     let left = opts.budget - if canary.is_ok() { canary_len } else { 0 };
-    let per_bucket = if used > 0 { left / used } else { 0 };
+    let per_bucket = left.checked_div(used).unwrap_or(0);
     let mut buckets = vec![];
     let mut stale_acc = Acc::default();
     let (mut stale_files, mut stale_bytes, mut total_read) = (0, 0, 0);

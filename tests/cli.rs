@@ -80,3 +80,29 @@ fn no_paths_and_unknown_strategy_are_usage_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not available"));
 }
+
+#[test]
+fn survey_rejects_bad_paths_and_options_before_reading_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    write_file(&file, &pattern(4096, 1));
+    for (args, expect) in [
+        (
+            vec!["survey", dir.path().join("missing").to_str().unwrap()],
+            "No such file",
+        ),
+        (vec!["survey", file.to_str().unwrap()], "not a directory"),
+        (
+            vec!["survey", "--min-ratio", "2", "/tmp"],
+            "between 0 and 1",
+        ),
+        (vec!["survey", "--stale-after", "soon", "/tmp"], "30d"),
+        (vec!["survey", "--sample-bytes", "lots", "/tmp"], "64MiB"),
+    ] {
+        let out = refreshd().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}

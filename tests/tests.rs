@@ -11,3 +11,4 @@ mod layout;
 mod lease;
 mod read_errors;
 mod skips;
+mod survey;

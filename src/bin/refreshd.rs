@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use refreshd::engine::{BackendChoice, DEFAULT_CHUNK, DEFAULT_DEPTH};
 use refreshd::oneshot::{self, RefreshOptions, Strategy};
-use refreshd::units::{ByteSize, Rate};
+use refreshd::units::{ByteSize, HumanDuration, Rate};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -31,6 +31,41 @@ enum Command {
     /// Rewrite files (or directory trees, one filesystem) in place, safely:
     /// the same bytes, O_DIRECT, throttled, under an exclusive lease.
     Refresh(RefreshArgs),
+    /// Measure read speed and latency by data age, per drive, against a
+    /// fresh reference; say whether each drive is degraded and what a
+    /// refresh would rewrite. Reads only (plus a small temporary canary).
+    Survey(SurveyArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct SurveyArgs {
+    /// Directory trees (one filesystem each, symlinks never followed).
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// One JSON document instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Also write a chart of speed and latency by data age (SVG).
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Data older than this is stale.
+    #[arg(long, value_name = "DURATION", default_value = "30d")]
+    stale_after: HumanDuration,
+    /// Read budget per drive.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    sample_bytes: ByteSize,
+    /// Stale-data read floor.
+    #[arg(long, value_name = "BYTES/s", default_value = "100MiB/s")]
+    min_throughput: Rate,
+    /// Stale/fresh throughput ratio floor.
+    #[arg(long, value_name = "RATIO", default_value_t = 0.5)]
+    min_ratio: f64,
+    /// Free space that must remain after writing the canary.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB")]
+    min_free: ByteSize,
+    /// Seed for choosing what to read (same seed, same choices).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -78,6 +113,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     refreshd::init_logging(if cli.quiet { -1 } else { cli.verbose as i8 });
     let code = match cli.command {
+        Command::Survey(a) => survey(a),
         Command::Refresh(a) => {
             let opts = RefreshOptions {
                 paths: a.paths,
@@ -104,4 +140,43 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(code as u8)
+}
+
+fn survey(a: SurveyArgs) -> i32 {
+    use refreshd::survey;
+    if !(0.0..=1.0).contains(&a.min_ratio) {
+        eprintln!("refreshd survey: --min-ratio must be between 0 and 1");
+        return 2;
+    }
+    let opts = survey::SurveyOptions {
+        paths: a.paths,
+        stale_after: a.stale_after.0,
+        sample_bytes: a.sample_bytes.0,
+        thresholds: refreshd::policy::Thresholds {
+            min_throughput: a.min_throughput.0,
+            min_ratio: a.min_ratio,
+        },
+        min_free: a.min_free.0,
+        seed: a.seed,
+    };
+    let reports = match survey::run(&opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("refreshd survey: {:#}", anyhow::Error::from(e));
+            return 2;
+        }
+    };
+    if a.json {
+        let doc = serde_json::json!({ "drives": reports });
+        println!("{doc}");
+    } else {
+        print!("{}", survey::render(&reports, &opts));
+    }
+    if let Some(path) = a.svg {
+        if let Err(e) = survey::write_svg(&path, &reports) {
+            eprintln!("refreshd survey: writing {}: {e}", path.display());
+            return 1;
+        }
+    }
+    0
 }

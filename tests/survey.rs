@@ -1,0 +1,219 @@
+//! `refreshd survey` on the testbed: an aged drive is found degraded and its
+//! plan lists the stale files, the age buckets order by speed as the decay
+//! model predicts, a refresh of the plan makes it healthy; a fresh drive is
+//! healthy round after round; sampling stays within its read budget and
+//! leaves nothing in the page cache.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::helpers::*;
+use refreshd::drive::disk_stats;
+use refreshd::inventory::now_secs;
+use refreshd::sampler::MONTH;
+use serde_json::Value;
+use testbed::{Drive, DriveOptions, Model};
+
+fn survey(args: &[&str], path: &Path) -> Value {
+    let out = run(refreshd()
+        .args(["survey", "--json", "--min-free", "32MiB"])
+        .args(args)
+        .arg(path));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["drives"].as_array().unwrap().len(), 1, "{v}");
+    v["drives"][0].clone()
+}
+
+fn months_ago(m: f64) -> i64 {
+    now_secs() - (m * MONTH) as i64
+}
+
+/// Writes `n` files of `mib` MiB under `dir`, mtime `age` months ago.
+fn files(d: &Drive, dir: &str, n: usize, mib: usize, age: f64, seed: u64) -> Vec<PathBuf> {
+    std::fs::create_dir_all(d.path(dir)).unwrap();
+    (0..n)
+        .map(|i| {
+            let p = d.path(&format!("{dir}/seg{i}"));
+            write_file(&p, &pattern(mib << 20, seed + i as u64));
+            set_mtime(&p, months_ago(age), 0);
+            p
+        })
+        .collect()
+}
+
+fn bucket<'a>(r: &'a Value, label: &str) -> &'a Value {
+    r["sample"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["label"] == label)
+        .unwrap_or_else(|| panic!("no bucket {label}: {r:#}"))
+}
+
+fn mbps(b: &Value) -> f64 {
+    b["measured"]["throughput"]["p50"].as_f64().unwrap() / 1e6
+}
+
+#[test]
+fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
+    if !privileged("privileged_survey_finds_aged_drive_degraded_plans_and_recovers") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = DriveOptions {
+        size: 1 << 30,
+        ..DriveOptions::default()
+    };
+    let model = opts.model;
+    let d = Drive::up(tmp.path(), &opts).unwrap();
+    // Data of three ages by time travel: 6, 2.5 and 1.2 months; then fresh.
+    let six = files(&d, "six", 4, 8, 6.0, 100);
+    d.sync().unwrap();
+    d.age(3.5);
+    let two = files(&d, "two", 4, 8, 2.5, 200);
+    d.sync().unwrap();
+    d.age(1.3);
+    let one = files(&d, "one", 4, 8, 1.2, 300);
+    d.sync().unwrap();
+    d.age(1.2);
+    files(&d, "new", 4, 8, 0.0, 400);
+    d.sync().unwrap();
+    let before: Vec<Fingerprint> = six.iter().chain(&two).map(|p| fingerprint(p)).collect();
+
+    // 45 days: six and two are stale, one is not.
+    let svg = tmp.path().join("survey.svg");
+    let r = survey(
+        &[
+            "--stale-after",
+            "45d",
+            "--sample-bytes",
+            "96MiB",
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+        &d.mnt,
+    );
+    assert_eq!(r["verdict"], "degraded", "{r:#}");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.starts_with("<svg") && chart.trim_end().ends_with("</svg>"));
+    assert!(chart.contains("degraded") && chart.contains("6-7") && chart.contains("fresh "));
+    assert!(!r["judgement"]["reasons"].as_array().unwrap().is_empty());
+    assert_eq!(r["device"], d.loop_dev.trim_start_matches("/dev/"));
+    let planned: Vec<PathBuf> = r["plan"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| PathBuf::from(f["path"].as_str().unwrap()))
+        .collect();
+    let expected: BTreeSet<&PathBuf> = six.iter().chain(&two).collect();
+    assert_eq!(planned.iter().collect::<BTreeSet<_>>(), expected, "{r:#}");
+    assert!(one.iter().all(|p| !planned.contains(p)), "not stale yet");
+    // Oldest first.
+    assert!(planned[..4].iter().all(|p| six.contains(p)), "{planned:?}");
+
+    // Buckets order by speed and latency as the model predicts.
+    let ages = [("0-1", 0.0), ("1-2", 1.2), ("2-3", 2.5), ("6-7", 6.0)];
+    let speeds: Vec<f64> = ages.iter().map(|(l, _)| mbps(bucket(&r, l))).collect();
+    let lat: Vec<f64> = ages
+        .iter()
+        .map(|(l, _)| {
+            bucket(&r, l)["measured"]["latency_ms"]["p50"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    for w in speeds.windows(2) {
+        assert!(w[0] > w[1], "speed should fall with age: {speeds:?}");
+    }
+    for w in lat.windows(2) {
+        assert!(w[0] < w[1], "latency should rise with age: {lat:?}");
+    }
+    // And by about as much: fresh/aged speed within 35 % of the model's
+    // bulk factor.
+    for (i, (_, age)) in ages.iter().enumerate().skip(1) {
+        let measured = speeds[0] / speeds[i];
+        let predicted = model.bulk_factor(*age);
+        assert!(
+            (measured / predicted - 1.0).abs() < 0.35,
+            "age {age}: fresh/aged {measured:.2}, model {predicted:.2}"
+        );
+    }
+
+    // Refresh the plan; the next survey finds the drive healthy.
+    let plan_args: Vec<&Path> = planned.iter().map(PathBuf::as_path).collect();
+    let (code, reports, _) = refresh_json(&[], &plan_args);
+    assert_eq!(code, 0, "{reports:#?}");
+    let after = survey(&["--stale-after", "45d", "--sample-bytes", "96MiB"], &d.mnt);
+    assert_eq!(after["verdict"], "healthy", "{after:#}");
+    assert!(after["plan"]["files"].as_array().unwrap().is_empty());
+    let now: Vec<Fingerprint> = six.iter().chain(&two).map(|p| fingerprint(p)).collect();
+    assert_eq!(before, now, "contents and times unchanged");
+    // The survey never wrote into user files; mtimes still say 6 months.
+    assert!(six.iter().all(|p| {
+        let m = std::fs::metadata(p).unwrap();
+        std::os::unix::fs::MetadataExt::mtime(&m) < months_ago(5.9)
+    }));
+}
+
+fn resident_bytes(p: &Path) -> u64 {
+    let out = run(Command::new("fincore")
+        .args(["-b", "-n", "-r", "-o", "RES"])
+        .arg(p));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+#[test]
+fn privileged_fresh_drive_is_healthy_round_after_round_within_budget() {
+    if !privileged("privileged_fresh_drive_is_healthy_round_after_round_within_budget") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = DriveOptions {
+        size: 1 << 30,
+        model: Model::preset("840evo").unwrap(),
+        ..DriveOptions::default()
+    };
+    let d = Drive::up(tmp.path(), &opts).unwrap();
+    // Old by mtime, but the flash holds it freshly: not slow, not degraded.
+    let all = files(&d, "idx", 8, 16, 6.0, 7);
+    d.sync().unwrap();
+    let dev = d.loop_dev.trim_start_matches("/dev/").to_string();
+    let budget: u64 = 32 << 20;
+    for round in 0..20 {
+        testbed::measure::drop_caches();
+        let s0 = disk_stats(&dev).unwrap();
+        let seed = round.to_string();
+        let r = survey(&["--sample-bytes", "32MiB", "--seed", &seed], &d.mnt);
+        let s1 = disk_stats(&dev).unwrap();
+        assert_eq!(r["verdict"], "healthy", "round {round}: {r:#}");
+        let ratio = r["judgement"]["ratio"].as_f64().unwrap();
+        assert!(ratio > 0.7, "round {round}: stale/fresh {ratio}");
+        // Reads stay within the budget (plus a little filesystem metadata).
+        let read = s1.read_bytes - s0.read_bytes;
+        assert!(
+            read <= budget + (1 << 20),
+            "round {round}: read {read} bytes"
+        );
+        assert!(r["sample"]["bytes_read"].as_u64().unwrap() <= budget);
+        // Nothing sampled stays in the page cache.
+        for p in &all {
+            assert_eq!(
+                resident_bytes(p),
+                0,
+                "round {round}: {} cached",
+                p.display()
+            );
+        }
+    }
+}
