@@ -33,6 +33,8 @@ pub struct RefreshOptions {
     pub min_free: Option<u64>,
     /// Show a progress bar (when stderr is a terminal).
     pub progress: bool,
+    /// Largest relocation unit.
+    pub relocate_chunk: u64,
 }
 
 /// Errors that stop the command before any file is touched.
@@ -40,8 +42,6 @@ pub struct RefreshOptions {
 pub enum UsageError {
     #[error(transparent)]
     Path(#[from] walk::PathError),
-    #[error("strategy 'relocate' is not available in this version; use 'auto' or 'inplace'")]
-    StrategyUnavailable,
     #[error(transparent)]
     Engine(#[from] crate::engine::EngineError),
 }
@@ -112,9 +112,6 @@ impl Summary {
 
 /// Runs the command; returns the exit code (0 or 1) or a usage error (2).
 pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageError> {
-    if opts.strategy == Strategy::Relocate {
-        return Err(UsageError::StrategyUnavailable);
-    }
     let walked = walk::walk(&opts.paths)?;
     let cfg = EngineConfig {
         rate: opts.rate,
@@ -126,6 +123,8 @@ pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageE
         rewrite_shared: opts.include_shared,
         min_free: opts.min_free,
         cancel: cancel.clone(),
+        strategy: opts.strategy,
+        relocate_chunk: opts.relocate_chunk,
         unsafe_switches: Default::default(),
     };
     let engine = Engine::start(cfg)?;

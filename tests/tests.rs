@@ -10,5 +10,6 @@ mod helpers;
 mod layout;
 mod lease;
 mod read_errors;
+mod relocate;
 mod skips;
 mod survey;

@@ -76,7 +76,9 @@ struct RefreshArgs {
     /// Throttle, e.g. "50MiB/s" (default: unthrottled).
     #[arg(long, value_name = "BYTES/s")]
     rate: Option<Rate>,
-    /// auto: in place, files in use are skipped; inplace: the same, explicitly.
+    /// auto: in place under an exclusive lease, kernel relocation for files
+    /// other processes have open; inplace: in place only (files in use are
+    /// skipped); relocate: relocation only.
     #[arg(long, value_enum, default_value_t = Strategy::Auto)]
     strategy: Strategy,
     /// Check and plan every file, write nothing.
@@ -107,6 +109,9 @@ struct RefreshArgs {
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// Largest unit the kernel relocates at once (the free space it needs).
+    #[arg(long, value_name = "SIZE", default_value = "64MiB")]
+    relocate_chunk: ByteSize,
 }
 
 fn main() -> ExitCode {
@@ -128,6 +133,7 @@ fn main() -> ExitCode {
                 include_shared: a.include_shared,
                 min_free: a.min_free.map(|s| s.0),
                 progress: !a.no_progress,
+                relocate_chunk: a.relocate_chunk.0,
             };
             let cancel = oneshot::install_cancel_handler();
             match oneshot::run(&opts, cancel) {

@@ -15,7 +15,8 @@ use super::guard::{self, FileMeta, Opened, Refusal, Target};
 use super::plan::{self, Chunk, PlanParams};
 use super::report::{FileReport, Outcome, ReadError, SkipReason};
 use super::sys::{self, LeaseState};
-use super::{EngineConfig, Progress};
+use super::{relocate, EngineConfig, Progress};
+use crate::config::Strategy;
 
 /// The I/O thread's state: backend (ring + buffers) and throttle.
 #[derive(Debug)]
@@ -90,7 +91,19 @@ pub fn refresh_file(
     let span = tracing::info_span!("refresh", path = %t.display.display());
     let _enter = span.enter();
     let sw = cfg.unsafe_switches;
-    let opened = match guard::open(t, !sw.no_lease) {
+    // relocate: no lease (others may keep the file open). auto: in place
+    // under a lease when we can have one, relocation when someone else has
+    // the file open.
+    let lease = cfg.strategy != Strategy::Relocate && !sw.no_lease;
+    let mut relocate = cfg.strategy == Strategy::Relocate;
+    let opened = match guard::open(t, lease) {
+        Err(Refusal::Skip(SkipReason::InUse, _)) if cfg.strategy == Strategy::Auto => {
+            relocate = true;
+            guard::open(t, false)
+        }
+        other => other,
+    };
+    let opened = match opened {
         Ok(o) => o,
         Err(Refusal::Skip(reason, detail)) => {
             tracing::debug!(reason = reason.as_str(), %detail, "skipped");
@@ -112,7 +125,18 @@ pub fn refresh_file(
         Some(p) => p,
         None => &mut noop,
     };
-    report.outcome = run(ctx, &opened, cfg, &mut report, progress);
+    report.outcome = if relocate {
+        if !relocate::supported(opened.fs) {
+            Outcome::Skipped {
+                reason: SkipReason::StrategyUnavailable,
+                detail: format!("no relocation on {}", opened.fs.name()),
+            }
+        } else {
+            relocate::run(&mut ctx.throttle, t, &opened, cfg, &mut report, progress)
+        }
+    } else {
+        run(ctx, &opened, cfg, &mut report, progress)
+    };
     if let Err(e) = opened.release() {
         tracing::warn!("releasing the lease: {e}");
     }
@@ -178,35 +202,7 @@ fn run(
     report.excluded = p.excluded;
     report.bytes_planned = p.bytes();
     if p.chunks.is_empty() {
-        let e = p.excluded;
-        let detail = if o.meta.size == 0 {
-            "empty file".to_string()
-        } else if e.shared > 0 && e.total() == e.shared {
-            return Outcome::Skipped {
-                reason: SkipReason::Shared,
-                detail: "all data is in shared (reflinked or snapshotted) extents".into(),
-            };
-        } else if e.total() == 0 {
-            "only holes".to_string()
-        } else {
-            let mut kinds = vec![];
-            for (n, what) in [
-                (e.unwritten, "preallocated but unwritten"),
-                (e.inline, "inline in metadata"),
-                (e.encoded, "compressed"),
-                (e.shared, "shared"),
-                (e.delalloc, "not yet allocated"),
-            ] {
-                if n > 0 {
-                    kinds.push(what);
-                }
-            }
-            format!("all data is {}", kinds.join(" or "))
-        };
-        return Outcome::Skipped {
-            reason: SkipReason::NoData,
-            detail,
-        };
+        return nothing_planned(&p, o.meta.size);
     }
     if cfg.dry_run {
         return Outcome::WouldRefresh;
@@ -323,6 +319,39 @@ fn run(
         };
     }
     Outcome::Refreshed
+}
+
+/// Why an empty plan leaves the file alone.
+pub(crate) fn nothing_planned(p: &plan::Plan, size: u64) -> Outcome {
+    let e = p.excluded;
+    let detail = if size == 0 {
+        "empty file".to_string()
+    } else if e.shared > 0 && e.total() == e.shared {
+        return Outcome::Skipped {
+            reason: SkipReason::Shared,
+            detail: "all data is in shared (reflinked or snapshotted) extents".into(),
+        };
+    } else if e.total() == 0 {
+        "only holes".to_string()
+    } else {
+        let mut kinds = vec![];
+        for (n, what) in [
+            (e.unwritten, "preallocated but unwritten"),
+            (e.inline, "inline in metadata"),
+            (e.encoded, "compressed"),
+            (e.shared, "shared"),
+            (e.delalloc, "not yet allocated"),
+        ] {
+            if n > 0 {
+                kinds.push(what);
+            }
+        }
+        format!("all data is {}", kinds.join(" or "))
+    };
+    Outcome::Skipped {
+        reason: SkipReason::NoData,
+        detail,
+    }
 }
 
 /// Size and allocation must be what they were. A change here is a bug.

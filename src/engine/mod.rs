@@ -11,6 +11,7 @@ pub mod exec;
 pub mod guard;
 pub mod inplace;
 pub mod plan;
+pub mod relocate;
 pub mod report;
 pub mod sys;
 pub mod throttle;
@@ -71,6 +72,10 @@ pub struct EngineConfig {
     pub min_free: Option<u64>,
     /// Set to stop after in-flight I/O (Ctrl-C, shutdown).
     pub cancel: Arc<AtomicBool>,
+    /// In place, relocation, or in place with relocation for files in use.
+    pub strategy: crate::config::Strategy,
+    /// Largest relocation unit.
+    pub relocate_chunk: u64,
     #[doc(hidden)]
     pub unsafe_switches: UnsafeSwitches,
 }
@@ -87,6 +92,8 @@ impl Default for EngineConfig {
             rewrite_shared: false,
             min_free: None,
             cancel: Arc::new(AtomicBool::new(false)),
+            strategy: crate::config::Strategy::Auto,
+            relocate_chunk: relocate::DEFAULT_RELOCATE_CHUNK,
             unsafe_switches: UnsafeSwitches::default(),
         }
     }

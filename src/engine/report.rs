@@ -75,6 +75,13 @@ pub enum Outcome {
     },
 }
 
+/// A byte range of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Range {
+    pub offset: u64,
+    pub len: u64,
+}
+
 /// An unreadable range: never written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReadError {
@@ -100,6 +107,10 @@ pub struct FileReport {
     pub excluded: Excluded,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub read_errors: Vec<ReadError>,
+    /// Relocation: ranges another process wrote during the refresh, left as
+    /// they are (freshly written by that process).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed_meanwhile: Vec<Range>,
     pub verified: bool,
     pub elapsed_s: f64,
     #[serde(skip)]
@@ -119,6 +130,7 @@ impl FileReport {
             bytes_refreshed: 0,
             excluded: Excluded::default(),
             read_errors: vec![],
+            changed_meanwhile: vec![],
             verified: false,
             elapsed_s: 0.0,
             dev_ino: None,
