@@ -11,7 +11,8 @@
 //! the aged drive: the testbed's 840evo model with 8 channels, a 512 MiB
 //! file aged 6 months before every run, engine vs dd side by side
 //! (`REFRESHD_BENCH_AGED_MIB`, `REFRESHD_BENCH_AGED_ROUNDS`, default 3;
-//! `REFRESHD_BENCH_ONLY=aged` runs only this part).
+//! `REFRESHD_BENCH_ONLY=aged` runs only this part). Last, relocation vs
+//! in place on aged data per filesystem (`REFRESHD_BENCH_ONLY=relocate`).
 //!
 //! `cargo bench` (root needed). `REFRESHD_BENCH_MIB` sets the file size
 //! (default 1024), `REFRESHD_BENCH_ROUNDS` the rounds (default 9), and
@@ -160,6 +161,10 @@ fn main() {
         eprintln!("SKIPPED refresh benchmark: needs root for loop devices");
         return;
     }
+    if std::env::var("REFRESHD_BENCH_ONLY").as_deref() == Ok("relocate") {
+        relocate();
+        return;
+    }
     if std::env::var("REFRESHD_BENCH_ONLY").as_deref() == Ok("aged") {
         aged();
         return;
@@ -248,6 +253,56 @@ fn main() {
 
     drop(fs);
     aged();
+    relocate();
+}
+
+/// Relocation vs in-place on the same aged data, per filesystem: a file
+/// aged 6 months before every run, `--strategy inplace` and `--strategy
+/// relocate` alternating (`REFRESHD_BENCH_RELOCATE_MIB`, default 256;
+/// `REFRESHD_BENCH_AGED_ROUNDS`, default 3).
+fn relocate() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED relocation benchmark: no /dev/fuse");
+        return;
+    }
+    let mib = env_u64("REFRESHD_BENCH_RELOCATE_MIB", 256);
+    let rounds = env_u64("REFRESHD_BENCH_AGED_ROUNDS", 3) as usize;
+    println!("relocation vs in-place, {mib} MiB file aged 6 months before each run (testbed 840evo, 8 channels), {rounds} rounds, medians:");
+    for fs in ["ext4", "xfs", "btrfs"] {
+        let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+        let opts = testbed::DriveOptions {
+            size: (mib << 20) * 2 + (512 << 20),
+            fs: fs.into(),
+            model: testbed::Model::preset("840evo").unwrap(),
+            channels: 8,
+            ..testbed::DriveOptions::default()
+        };
+        let d = testbed::Drive::up(tmp.path(), &opts).unwrap();
+        let file = d.path("aged");
+        make_file(&file, mib, 44);
+        let (mut inplace, mut reloc) = (vec![], vec![]);
+        for round in 0..rounds {
+            for k in 0..2 {
+                d.age(6.0);
+                drop_caches();
+                if (round + k) % 2 == 0 {
+                    inplace.push(engine(&file, &["--strategy", "inplace"]));
+                } else {
+                    reloc.push(engine(&file, &["--strategy", "relocate"]));
+                }
+            }
+        }
+        let (mi, mr) = (median(&mut inplace), median(&mut reloc));
+        let mbs = |t: Duration| (mib << 20) as f64 / t.as_secs_f64() / (1 << 20) as f64;
+        println!(
+            "  {fs:<6} in place {:>7.2} s ({:>6.1} MiB/s)   relocate {:>7.2} s ({:>6.1} MiB/s)   relocate/inplace time {:.2}",
+            mi.as_secs_f64(),
+            mbs(mi),
+            mr.as_secs_f64(),
+            mbs(mr),
+            mr.as_secs_f64() / mi.as_secs_f64()
+        );
+    }
 }
 
 /// Engine vs dd on the emulated aging SSD.

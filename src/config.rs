@@ -590,6 +590,42 @@ mod tests {
     }
 
     #[test]
+    fn shipped_example_parses_to_the_defaults() {
+        let text = include_str!("../config/refreshd.toml");
+        let c = parse(text, "config/refreshd.toml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.paths.len(), 1);
+        assert_eq!(
+            c.defaults,
+            Settings::default(),
+            "the example documents the defaults"
+        );
+        let d = Config::default();
+        assert_eq!(
+            (
+                &c.state_dir,
+                &c.control_socket,
+                &c.metrics_listen,
+                c.max_active_drives
+            ),
+            (
+                &d.state_dir,
+                &d.control_socket,
+                &d.metrics_listen,
+                d.max_active_drives
+            )
+        );
+        // Every key is in the example (commented or not).
+        for key in TOP_KEYS.iter().chain(SETTING_KEYS) {
+            assert!(
+                text.contains(&format!("{key} ="))
+                    || text.contains(&format!("[{key}]"))
+                    || text.contains(&format!("[[{key}]]")),
+                "{key} undocumented"
+            );
+        }
+    }
+
+    #[test]
     fn windows_parse_and_wrap() {
         let w: Windows = "22:00-06:00, 12:00-13:00".parse().expect("valid");
         assert!(w.contains(23 * 60) && w.contains(5 * 60) && w.contains(12 * 60 + 30));

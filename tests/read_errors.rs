@@ -97,3 +97,78 @@ fn privileged_unreadable_range_is_reported_and_never_written() {
     let md = std::fs::metadata(&p).unwrap();
     assert_eq!((md.len(), md.mtime()), (16 << 20, mtime));
 }
+
+/// Relocation of an in-use file over an unreadable range: the range is
+/// reported, nothing stands in for it (it still fails to read: no zeros or
+/// stale bytes were remapped over it), and everything else is intact.
+#[test]
+fn privileged_relocation_never_replaces_unreadable_data() {
+    if !privileged("privileged_relocation_never_replaces_unreadable_data") {
+        return;
+    }
+    for kind in ["ext4", "xfs", "btrfs"] {
+        let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+        let opts = DriveOptions {
+            size: 512 << 20,
+            fs: kind.into(),
+            model: Model::preset("none").unwrap(),
+            channels: 4,
+            ..DriveOptions::default()
+        };
+        let d = Drive::up(tmp.path(), &opts).unwrap();
+        let p = d.path("victim");
+        let data = pattern(8 << 20, 31);
+        write_file(&p, &data);
+        d.sync().unwrap();
+        let bad_file_off: u64 = (5 << 20) + 12288;
+        let f = File::open(&p).unwrap();
+        let ext = sys::fiemap(std::os::fd::AsFd::as_fd(&f))
+            .unwrap()
+            .into_iter()
+            .find(|e| e.logical <= bad_file_off && bad_file_off < e.logical + e.length)
+            .expect("extent covering the bad offset");
+        let dev_off = ext.physical + (bad_file_off - ext.logical);
+        d.fault(dev_off, 4096);
+        testbed::measure::drop_caches();
+        // Keep it open so that auto relocates.
+        let (code, reports, _) = refresh_json(&["--relocate-chunk", "1MiB"], &[&p]);
+        drop(f);
+        let r = &reports[0];
+        assert_eq!(code, 1, "{kind}: {r}");
+        assert_eq!(r["strategy"], "relocate", "{kind}: {r}");
+        assert_eq!(r["status"], "failed", "{kind}: {r}");
+        let errs = r["read_errors"].as_array().unwrap();
+        assert!(
+            errs.iter().any(|e| {
+                let (o, l) = (e["offset"].as_u64().unwrap(), e["len"].as_u64().unwrap());
+                o <= bad_file_off && bad_file_off < o + l
+            }),
+            "{kind}: {r}"
+        );
+        assert!(
+            r["bytes_refreshed"].as_u64().unwrap() >= 6 << 20,
+            "{kind}: {r}"
+        );
+        testbed::measure::drop_caches();
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = File::options()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&p)
+            .unwrap();
+        let mut pool = refreshd::engine::buffers::BufferPool::new(1, 1 << 20);
+        let buf = &mut pool.get_mut(0)[..4096];
+        let e = f
+            .read_exact_at(buf, bad_file_off)
+            .expect_err("still unreadable");
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{kind}");
+        for mib in (0..8u64).filter(|m| *m != 5) {
+            let buf = &mut pool.get_mut(0)[..1 << 20];
+            f.read_exact_at(buf, mib << 20).unwrap();
+            assert!(
+                buf == &data[(mib << 20) as usize..((mib + 1) << 20) as usize],
+                "{kind}: MiB {mib}"
+            );
+        }
+    }
+}

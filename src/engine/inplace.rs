@@ -132,7 +132,15 @@ pub fn refresh_file(
                 detail: format!("no relocation on {}", opened.fs.name()),
             }
         } else {
-            relocate::run(&mut ctx.throttle, t, &opened, cfg, &mut report, progress)
+            relocate::run(
+                ctx.backend.as_mut(),
+                &mut ctx.throttle,
+                t,
+                &opened,
+                cfg,
+                &mut report,
+                progress,
+            )
         }
     } else {
         run(ctx, &opened, cfg, &mut report, progress)
