@@ -74,11 +74,11 @@ fn no_paths_and_unknown_strategy_are_usage_errors() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = refreshd()
-        .args(["refresh", "--strategy", "relocate", "/"])
+        .args(["refresh", "--relocate-chunk", "banana", "/"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not available"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("64MiB"));
 }
 
 #[test]
