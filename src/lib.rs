@@ -11,12 +11,15 @@
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("refreshd supports 64-bit Linux only");
 
+pub mod client;
 pub mod config;
+pub mod daemon;
 pub mod drive;
 pub mod engine;
 pub mod inventory;
 pub mod oneshot;
 pub mod policy;
+pub mod protocol;
 pub mod sampler;
 pub mod survey;
 pub mod units;
@@ -40,9 +43,10 @@ pub fn init_logging(verbosity: i8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = if journald {
         builder.without_time().with_ansi(false).try_init()
     } else {
-        builder.try_init()
+        builder.with_ansi(ansi).try_init()
     };
 }

@@ -4,10 +4,12 @@
 #![allow(clippy::unwrap_used)]
 
 mod cli;
+mod daemon;
 mod drives;
 mod guards;
 mod helpers;
 mod layout;
+mod packaging;
 mod lease;
 mod read_errors;
 mod relocate;

@@ -35,6 +35,18 @@ enum Command {
     /// fresh reference; say whether each drive is degraded and what a
     /// refresh would rewrite. Reads only (plus a small temporary canary).
     Survey(SurveyArgs),
+    /// Run the daemon in the foreground (systemd: Type=notify).
+    Run {
+        /// Configuration file.
+        #[arg(long, value_name = "PATH", default_value = refreshd::config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
+    /// Validate a configuration: every problem with file:line:col; exit 0/1.
+    CheckConfig {
+        /// Configuration file.
+        #[arg(long, value_name = "PATH", default_value = refreshd::config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -119,6 +131,28 @@ fn main() -> ExitCode {
     refreshd::init_logging(if cli.quiet { -1 } else { cli.verbose as i8 });
     let code = match cli.command {
         Command::Survey(a) => survey(a),
+        Command::Run { config } => match refreshd::daemon::run(&config) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("refreshd run: {e:#}");
+                2
+            }
+        },
+        Command::CheckConfig { config } => match refreshd::config::load(&config) {
+            Ok(c) => {
+                println!(
+                    "{}: ok ({} path(s), state in {})",
+                    config.display(),
+                    c.paths.len(),
+                    c.state_dir.display()
+                );
+                0
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                1
+            }
+        },
         Command::Refresh(a) => {
             let opts = RefreshOptions {
                 paths: a.paths,

@@ -21,8 +21,8 @@ use crate::config::Strategy;
 /// The I/O thread's state: backend (ring + buffers) and throttle.
 #[derive(Debug)]
 pub struct Ctx {
-    backend: Box<dyn IoBackend>,
-    throttle: Throttle,
+    pub(crate) backend: Box<dyn IoBackend>,
+    pub(crate) throttle: Throttle,
 }
 
 impl Ctx {
@@ -85,6 +85,7 @@ pub fn refresh_file(
     ctx: &mut Ctx,
     t: &Target,
     cfg: &EngineConfig,
+    skip: u64,
     progress: Option<&mut Progress>,
 ) -> FileReport {
     let start = Instant::now();
@@ -132,18 +133,10 @@ pub fn refresh_file(
                 detail: format!("no relocation on {}", opened.fs.name()),
             }
         } else {
-            relocate::run(
-                ctx.backend.as_mut(),
-                &mut ctx.throttle,
-                t,
-                &opened,
-                cfg,
-                &mut report,
-                progress,
-            )
+            relocate::run(ctx, t, &opened, cfg, skip, &mut report, progress)
         }
     } else {
-        run(ctx, &opened, cfg, &mut report, progress)
+        run(ctx, &opened, cfg, skip, &mut report, progress)
     };
     if let Err(e) = opened.release() {
         tracing::warn!("releasing the lease: {e}");
@@ -160,6 +153,7 @@ fn run(
     ctx: &mut Ctx,
     o: &Opened,
     cfg: &EngineConfig,
+    skip: u64,
     report: &mut FileReport,
     progress: &mut dyn FnMut(u64),
 ) -> Outcome {
@@ -237,8 +231,12 @@ fn run(
         };
     }
 
-    let direct: Vec<Chunk> = p.chunks.iter().copied().filter(|c| c.direct).collect();
-    let buffered: Vec<Chunk> = p.chunks.iter().copied().filter(|c| !c.direct).collect();
+    let mut direct: Vec<Chunk> = p.chunks.iter().copied().filter(|c| c.direct).collect();
+    let mut buffered: Vec<Chunk> = p.chunks.iter().copied().filter(|c| !c.direct).collect();
+    // Resuming: skip what an earlier run finished, in execution order.
+    let mut skip = skip;
+    plan::skip_done(&mut direct, &mut skip);
+    plan::skip_done(&mut buffered, &mut skip);
     let xp = ExecParams {
         depth: cfg.depth,
         align,

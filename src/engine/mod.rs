@@ -115,6 +115,8 @@ pub type Progress = Box<dyn FnMut(u64) + Send>;
 
 struct Job {
     target: Target,
+    /// Planned bytes already done by an interrupted run.
+    skip: u64,
     progress: Option<Progress>,
     reply: mpsc::Sender<FileReport>,
 }
@@ -159,8 +161,13 @@ impl Engine {
             .spawn(move || {
                 let mut ctx = inplace::Ctx::new(backend, &cfg);
                 for mut job in rx {
-                    let report =
-                        inplace::refresh_file(&mut ctx, &job.target, &cfg, job.progress.as_mut());
+                    let report = inplace::refresh_file(
+                        &mut ctx,
+                        &job.target,
+                        &cfg,
+                        job.skip,
+                        job.progress.as_mut(),
+                    );
                     let _ = job.reply.send(report);
                 }
             })
@@ -185,10 +192,22 @@ impl Engine {
 
     /// Queues a file; the report arrives on the returned channel.
     pub fn submit(&self, target: Target, progress: Option<Progress>) -> mpsc::Receiver<FileReport> {
+        self.submit_resuming(target, 0, progress)
+    }
+
+    /// Like [`Engine::submit`], skipping the first `skip` planned bytes
+    /// (done by an interrupted run of the unchanged file).
+    pub fn submit_resuming(
+        &self,
+        target: Target,
+        skip: u64,
+        progress: Option<Progress>,
+    ) -> mpsc::Receiver<FileReport> {
         let (reply, rx) = mpsc::channel();
         let display = target.display.clone();
         let job = Job {
             target,
+            skip,
             progress,
             reply,
         };

@@ -79,6 +79,26 @@ impl Plan {
     }
 }
 
+/// Drops whole chunks from the front while they fit in `skip` (bytes
+/// already done by an earlier, interrupted run); a chunk only partly done
+/// is done again (the same bytes: harmless).
+pub fn skip_done(chunks: &mut Vec<Chunk>, skip: &mut u64) {
+    let n = chunks
+        .iter()
+        .scan(0u64, |acc, c| {
+            *acc += c.len;
+            Some(*acc)
+        })
+        .take_while(|&acc| acc <= *skip)
+        .count();
+    let done: u64 = chunks[..n].iter().map(|c| c.len).sum();
+    chunks.drain(..n);
+    *skip -= done;
+    if !chunks.is_empty() {
+        *skip = 0;
+    }
+}
+
 /// Data ranges per `SEEK_DATA`/`SEEK_HOLE`, clamped to `size`.
 pub fn seek_data_ranges(fd: BorrowedFd<'_>, size: u64) -> io::Result<Vec<Range<u64>>> {
     use rustix::fs::{seek, SeekFrom};

@@ -32,7 +32,7 @@ use std::sync::atomic::Ordering;
 use rustix::fs::{fcntl_getfl, fcntl_setfl, Advice, FallocateFlags, Mode, OFlags};
 
 use super::backend::{IoBackend, Op};
-use super::exec::{StopReason, Throttle, Watch};
+use super::exec::{StopReason, Watch};
 use super::guard::{Opened, Target};
 use super::plan::{self, Chunk, PlanParams};
 use super::report::{FileReport, Outcome, ReadError, SkipReason};
@@ -398,11 +398,11 @@ pub fn supported(fs: FsKind) -> bool {
 
 /// Relocates the planned data of `o` (open without a lease).
 pub fn run(
-    io: &mut dyn IoBackend,
-    throttle: &mut Throttle,
+    ctx: &mut super::inplace::Ctx,
     t: &Target,
     o: &Opened,
     cfg: &EngineConfig,
+    skip: u64,
     report: &mut FileReport,
     progress: &mut dyn FnMut(u64),
 ) -> Outcome {
@@ -456,6 +456,8 @@ pub fn run(
             _ => units.push(c),
         }
     }
+    let mut skip = skip;
+    plan::skip_done(&mut units, &mut skip);
     if let Some(u) = units.iter().find(|u| u.offset % block != 0) {
         return Outcome::Skipped {
             reason: SkipReason::StrategyUnavailable,
@@ -507,8 +509,9 @@ pub fn run(
         method,
         block,
         buf: vec![0u8; PIECE],
-        io,
+        io: ctx.backend.as_mut(),
     };
+    let throttle = &mut ctx.throttle;
     let mut watch = CancelWatch(&cfg.cancel);
     let mut outcome = None;
     let mut changed: Vec<(u64, u64)> = vec![];

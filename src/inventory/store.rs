@@ -141,7 +141,17 @@ impl Store {
                  last_refresh INTEGER,
                  PRIMARY KEY (dev, ino)
              ) WITHOUT ROWID;
-             CREATE INDEX IF NOT EXISTS files_by_dir ON files (dir);",
+             CREATE INDEX IF NOT EXISTS files_by_dir ON files (dir);
+             CREATE TABLE IF NOT EXISTS checkpoints (
+                 dev INTEGER NOT NULL,
+                 ino INTEGER NOT NULL,
+                 btime_ns INTEGER NOT NULL,
+                 mtime_ns INTEGER NOT NULL,
+                 size INTEGER NOT NULL,
+                 done INTEGER NOT NULL,
+                 updated INTEGER NOT NULL,
+                 PRIMARY KEY (dev, ino)
+             ) WITHOUT ROWID;",
         ))?;
         let version: Option<i64> = store.db(store
             .conn
@@ -416,6 +426,86 @@ impl Store {
             params![dev as i64, ino as i64, when, generation],
         ))?;
         Ok(n == 1)
+    }
+
+    /// Records that `done` planned bytes of the file are refreshed. The
+    /// file's identity and state (btime, mtime, size) are kept with it: a
+    /// file changed since is planned afresh instead of resumed.
+    pub fn save_checkpoint(&self, f: &FileRecord, done: u64) -> Result<(), StoreError> {
+        self.db(self.conn.execute(
+            "INSERT INTO checkpoints (dev, ino, btime_ns, mtime_ns, size, done, updated)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (dev, ino) DO UPDATE SET btime_ns = excluded.btime_ns,
+                 mtime_ns = excluded.mtime_ns, size = excluded.size, done = excluded.done,
+                 updated = excluded.updated",
+            params![
+                f.dev as i64,
+                f.ino as i64,
+                f.btime_ns,
+                f.mtime_ns,
+                f.size as i64,
+                done as i64,
+                super::now_secs()
+            ],
+        ))?;
+        Ok(())
+    }
+
+    /// Bytes already done for `f`, if a checkpoint matches it as it is now;
+    /// a checkpoint for a changed file is dropped.
+    pub fn resume_point(&self, f: &FileRecord) -> Result<u64, StoreError> {
+        let row: Option<(i64, i64, i64, i64)> = self.db(
+            self.conn
+                .query_row(
+                    "SELECT btime_ns, mtime_ns, size, done FROM checkpoints WHERE dev = ?1 AND ino = ?2",
+                    params![f.dev as i64, f.ino as i64],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .optional(),
+        )?;
+        match row {
+            Some((b, m, s, done)) if b == f.btime_ns && m == f.mtime_ns && s as u64 == f.size => {
+                Ok(done as u64)
+            }
+            Some(_) => {
+                self.clear_checkpoint(f.dev, f.ino)?;
+                Ok(0)
+            }
+            None => Ok(0),
+        }
+    }
+
+    /// Checkpoints of files under `root`: (file as last scanned, the
+    /// checkpoint's mtime, when it was last updated).
+    pub fn checkpoints(&self, root: &Path) -> Result<Vec<(FileRecord, i64, i64)>, StoreError> {
+        let files = self.files(root, &[])?;
+        let mut q = self.db(self
+            .conn
+            .prepare("SELECT dev, ino, mtime_ns, updated FROM checkpoints"))?;
+        let rows = self.db(q.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, i64>(1)? as u64,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        }))?;
+        let mut out = vec![];
+        for row in rows {
+            let (dev, ino, mtime, updated) = self.db(row)?;
+            if let Some(f) = files.iter().find(|f| f.dev == dev && f.ino == ino) {
+                out.push((f.clone(), mtime, updated));
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn clear_checkpoint(&self, dev: u64, ino: u64) -> Result<(), StoreError> {
+        self.db(self.conn.execute(
+            "DELETE FROM checkpoints WHERE dev = ?1 AND ino = ?2",
+            params![dev as i64, ino as i64],
+        ))?;
+        Ok(())
     }
 
     /// Number of file rows.

@@ -1,0 +1,262 @@
+//! OpenMetrics families (DESIGN.md "Metrics"): per drive, labelled
+//! `device` (the kernel name, `+`-joined for multi-device filesystems);
+//! never a file name in a label.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::policy::HealthState;
+use crate::sampler::DriveSample;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Dev {
+    pub device: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DevState {
+    pub device: String,
+    pub state: String,
+}
+
+/// `data` is "stale" or "fresh" (the canary).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DevQuantile {
+    pub device: String,
+    pub data: String,
+    pub quantile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DevOutcome {
+    pub device: String,
+    pub outcome: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Verb {
+    pub verb: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Build {
+    pub version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Backend {
+    pub backend: String,
+}
+
+type GaugeF = Gauge<f64, AtomicU64>;
+
+/// Every family the daemon exports.
+#[derive(Debug)]
+pub struct Metrics {
+    pub registry: Registry,
+    pub stale_throughput: Family<Dev, GaugeF>,
+    pub fresh_throughput: Family<Dev, GaugeF>,
+    pub latency: Family<DevQuantile, GaugeF>,
+    pub degraded: Family<Dev, Gauge>,
+    pub state: Family<DevState, Gauge>,
+    pub stale_bytes: Family<Dev, Gauge>,
+    pub in_progress: Family<Dev, Gauge>,
+    pub refreshed_bytes: Family<Dev, Counter>,
+    pub files: Family<DevOutcome, Counter>,
+    pub read_errors: Family<Dev, Counter>,
+    pub last_refresh: Family<Dev, Gauge>,
+    pub last_sample: Family<Dev, Gauge>,
+    pub requests: Family<Verb, Counter>,
+    pub build: Family<Build, Gauge>,
+    pub backend: Family<Backend, Gauge>,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut r = Registry::with_prefix("refreshd");
+        let m = Metrics {
+            registry: Registry::default(),
+            stale_throughput: Family::default(),
+            fresh_throughput: Family::default(),
+            latency: Family::default(),
+            degraded: Family::default(),
+            state: Family::default(),
+            stale_bytes: Family::default(),
+            in_progress: Family::default(),
+            refreshed_bytes: Family::default(),
+            files: Family::default(),
+            read_errors: Family::default(),
+            last_refresh: Family::default(),
+            last_sample: Family::default(),
+            requests: Family::default(),
+            build: Family::default(),
+            backend: Family::default(),
+        };
+        r.register_with_unit(
+            "stale_read_throughput",
+            "Median sequential O_DIRECT read throughput of stale data in the last sample",
+            Unit::Other("bytes_per_second".into()),
+            m.stale_throughput.clone(),
+        );
+        r.register_with_unit(
+            "fresh_read_throughput",
+            "Median sequential read throughput of the fresh reference (canary) in the last sample",
+            Unit::Other("bytes_per_second".into()),
+            m.fresh_throughput.clone(),
+        );
+        r.register_with_unit(
+            "sample_read_latency",
+            "4 KiB read latency at queue depth 1 in the last sample, by quantile",
+            Unit::Seconds,
+            m.latency.clone(),
+        );
+        r.register(
+            "drive_degraded",
+            "1 when the drive is confirmed degraded",
+            m.degraded.clone(),
+        );
+        r.register(
+            "drive_state",
+            "The drive's state (unknown, healthy, suspect, degraded, not_recovering): 1 for the current one",
+            m.state.clone(),
+        );
+        r.register_with_unit(
+            "stale",
+            "Bytes of stale data (older than stale_after) tracked on the drive",
+            Unit::Bytes,
+            m.stale_bytes.clone(),
+        );
+        r.register(
+            "refresh_in_progress",
+            "1 while a refresh runs on the drive",
+            m.in_progress.clone(),
+        );
+        r.register_with_unit(
+            "refreshed",
+            "Bytes rewritten or relocated",
+            Unit::Bytes,
+            m.refreshed_bytes.clone(),
+        );
+        r.register(
+            "refresh_files",
+            "Files handled by a refresh, by outcome (refreshed, skipped, interrupted, failed) and reason",
+            m.files.clone(),
+        );
+        r.register(
+            "read_errors",
+            "Unreadable ranges found (never written)",
+            m.read_errors.clone(),
+        );
+        r.register_with_unit(
+            "last_refresh_timestamp",
+            "When the last refresh of the drive finished (Unix time)",
+            Unit::Seconds,
+            m.last_refresh.clone(),
+        );
+        r.register_with_unit(
+            "last_sample_timestamp",
+            "When the drive was last sampled (Unix time)",
+            Unit::Seconds,
+            m.last_sample.clone(),
+        );
+        r.register(
+            "control_requests",
+            "Control socket requests by verb and result",
+            m.requests.clone(),
+        );
+        r.register(
+            "build_info",
+            "Version of the running daemon",
+            m.build.clone(),
+        );
+        r.register(
+            "io_backend_info",
+            "The I/O backend in use",
+            m.backend.clone(),
+        );
+        m.build
+            .get_or_create(&Build {
+                version: env!("CARGO_PKG_VERSION").into(),
+            })
+            .set(1);
+        Metrics { registry: r, ..m }
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+
+    pub fn set_state(&self, device: &str, state: HealthState) {
+        for st in [
+            HealthState::Unknown,
+            HealthState::Healthy,
+            HealthState::Suspect,
+            HealthState::Degraded,
+            HealthState::NotRecovering,
+        ] {
+            self.state
+                .get_or_create(&DevState {
+                    device: device.into(),
+                    state: st.name().into(),
+                })
+                .set(i64::from(st == state));
+        }
+        self.degraded
+            .get_or_create(&Dev {
+                device: device.into(),
+            })
+            .set(i64::from(state == HealthState::Degraded));
+    }
+
+    pub fn sampled(&self, device: &str, s: &DriveSample, at: i64) {
+        let dev = Dev {
+            device: device.into(),
+        };
+        // Absent (not stale) when there was no stale data to measure.
+        match s.stale.median_bps() {
+            Some(b) => self.stale_throughput.get_or_create(&dev).set(b),
+            None => {
+                self.stale_throughput.remove(&dev);
+                0.0
+            }
+        };
+        if let Some(b) = s.fresh.as_ref().and_then(|f| f.median_bps()) {
+            self.fresh_throughput.get_or_create(&dev).set(b);
+        }
+        for (data, m) in [("stale", Some(&s.stale)), ("fresh", s.fresh.as_ref())] {
+            if let Some(p) = m.and_then(|m| m.latency_ms) {
+                for (q, v) in [
+                    ("0.25", p.p25),
+                    ("0.5", p.p50),
+                    ("0.75", p.p75),
+                    ("0.95", p.p95),
+                ] {
+                    self.latency
+                        .get_or_create(&DevQuantile {
+                            device: device.into(),
+                            data: data.into(),
+                            quantile: q.into(),
+                        })
+                        .set(v / 1e3);
+                }
+            }
+        }
+        self.last_sample.get_or_create(&dev).set(at);
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}

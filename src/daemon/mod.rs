@@ -1,0 +1,345 @@
+//! `refreshd run`: the daemon. It wires the stages together — a worker
+//! thread per drive (scan → sample → judge → refresh), the control socket,
+//! the metrics endpoint, signals and systemd notification — on a tokio
+//! runtime that only ever waits on sockets, timers and signals.
+
+pub mod control;
+pub mod metrics;
+pub mod worker;
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::config::{self, Config};
+use crate::drive;
+
+pub use worker::{DriveCell, DriveStatus};
+
+/// State shared by the workers, the control server and the metrics.
+#[derive(Debug)]
+pub struct Shared {
+    config: RwLock<Config>,
+    pub drives: Vec<Arc<DriveCell>>,
+    pub metrics: metrics::Metrics,
+    pub permits: worker::Permits,
+    stopping: AtomicBool,
+    pub started: Instant,
+    backend: Mutex<Option<String>>,
+}
+
+impl Shared {
+    pub fn config(&self) -> Config {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    fn set_backend(&self, name: &str) {
+        let mut b = self.backend.lock().unwrap_or_else(|e| e.into_inner());
+        if b.as_deref() != Some(name) {
+            if let Some(old) = b.as_deref() {
+                self.metrics
+                    .backend
+                    .get_or_create(&metrics::Backend {
+                        backend: old.into(),
+                    })
+                    .set(0);
+            }
+            self.metrics
+                .backend
+                .get_or_create(&metrics::Backend {
+                    backend: name.into(),
+                })
+                .set(1);
+            *b = Some(name.to_string());
+        }
+    }
+
+    /// The drive `name` names (device label, or one member's name).
+    pub fn find_drive(&self, name: &str) -> Option<&Arc<DriveCell>> {
+        let name = name.trim_start_matches("/dev/");
+        self.drives
+            .iter()
+            .find(|c| c.label == name || c.drives.iter().any(|d| d.name == name || d.id == name))
+    }
+
+    /// One line for systemd's STATUS and logs.
+    pub fn summary(&self) -> String {
+        let mut parts = vec![];
+        for c in &self.drives {
+            let st = c.lock();
+            let mut s = format!("{} {}", c.label, st.health.state.name());
+            if let Some(p) = &st.refresh {
+                s.push_str(&format!(
+                    " refreshing {}/{} files",
+                    p.files_done, p.files_total
+                ));
+            }
+            if c.paused.load(Ordering::Relaxed) {
+                s.push_str(" (paused)");
+            }
+            parts.push(s);
+        }
+        if parts.is_empty() {
+            "no drives".into()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
+
+/// Holds `state_dir/refreshd.lock` (flock) for the daemon's lifetime.
+#[derive(Debug)]
+struct InstanceLock(#[allow(dead_code)] OwnedFd);
+
+fn lock_state_dir(dir: &Path) -> Result<InstanceLock> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("refreshd.lock");
+    let fd = rustix::fs::open(
+        &path,
+        rustix::fs::OFlags::CREATE | rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .with_context(|| format!("opening {}", path.display()))?;
+    match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(InstanceLock(fd)),
+        Err(rustix::io::Errno::WOULDBLOCK) => bail!(
+            "another refreshd is running with state directory {} (it holds {})",
+            dir.display(),
+            path.display()
+        ),
+        Err(e) => Err(e).with_context(|| format!("locking {}", path.display())),
+    }
+}
+
+/// Groups the configured trees by the drive(s) they live on.
+fn drive_cells(cfg: &Config) -> Vec<Arc<DriveCell>> {
+    let mut groups: BTreeMap<String, (Vec<drive::Drive>, Vec<PathBuf>)> = BTreeMap::new();
+    for p in &cfg.paths {
+        match drive::drives_of(&p.path) {
+            Ok(ds) => {
+                let label = ds
+                    .iter()
+                    .map(|d| d.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join("+");
+                groups
+                    .entry(label)
+                    .or_insert_with(|| (ds, vec![]))
+                    .1
+                    .push(p.path.clone());
+            }
+            Err(e) => tracing::error!("{e}: this tree is not watched"),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(label, (drives, roots))| Arc::new(DriveCell::new(label, drives, roots)))
+        .collect()
+}
+
+fn notify(state: &[sd_notify::NotifyState<'_>]) {
+    let _ = sd_notify::notify(state);
+}
+
+/// Runs the daemon until SIGTERM/SIGINT.
+pub fn run(config_path: &Path) -> Result<()> {
+    let cfg = config::load(config_path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let _lock = lock_state_dir(&cfg.state_dir)?;
+    // The state database must open (and be ours) before anything starts.
+    crate::inventory::Store::open(&cfg.state_dir)?;
+    let drives = drive_cells(&cfg);
+    if drives.is_empty() {
+        bail!("none of the configured paths could be mapped to a drive");
+    }
+    let shared = Arc::new(Shared {
+        config: RwLock::new(cfg.clone()),
+        drives,
+        metrics: metrics::Metrics::new(),
+        permits: worker::Permits::default(),
+        stopping: AtomicBool::new(false),
+        started: Instant::now(),
+        backend: Mutex::new(None),
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("refreshd-rt")
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(serve(shared, cfg))
+}
+
+async fn serve(shared: Arc<Shared>, cfg: Config) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let listener = control::bind(&cfg)?;
+    let metrics_task = if cfg.metrics_listen.is_empty() {
+        None
+    } else {
+        let l = tokio::net::TcpListener::bind(&cfg.metrics_listen)
+            .await
+            .with_context(|| format!("metrics_listen {}", cfg.metrics_listen))?;
+        let app = axum::Router::new()
+            .route("/metrics", axum::routing::get(metrics_handler))
+            .with_state(shared.clone());
+        Some(tokio::spawn(async move {
+            if let Err(e) = axum::serve(l, app).await {
+                tracing::error!("metrics server: {e}");
+            }
+        }))
+    };
+    let control_task = tokio::spawn(control::serve(listener, shared.clone()));
+    let mut threads = vec![];
+    for cell in &shared.drives {
+        let (s, c) = (shared.clone(), cell.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("refreshd-{}", cell.label))
+                .spawn(move || worker::run(s, c))
+                .context("starting a drive worker")?,
+        );
+    }
+    tracing::info!(
+        drives = shared.drives.len(),
+        socket = %cfg.control_socket.display(),
+        metrics = %cfg.metrics_listen,
+        "refreshd running"
+    );
+    notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&shared.summary()),
+    ]);
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let watchdog = sd_notify::watchdog_enabled();
+    let tick = watchdog.map_or(Duration::from_secs(10), |d| {
+        (d / 2).max(Duration::from_millis(100))
+    });
+    let watchdog = watchdog.is_some();
+    let mut ticker = tokio::time::interval(tick);
+    loop {
+        tokio::select! {
+            _ = hup.recv() => reload(&shared),
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = ticker.tick() => {
+                let status = shared.summary();
+                if watchdog {
+                    notify(&[sd_notify::NotifyState::Watchdog, sd_notify::NotifyState::Status(&status)]);
+                } else {
+                    notify(&[sd_notify::NotifyState::Status(&status)]);
+                }
+            }
+        }
+    }
+    // Stop: in-flight I/O finishes, files are checkpointed, threads exit.
+    tracing::info!("stopping");
+    notify(&[sd_notify::NotifyState::Stopping]);
+    shared.stopping.store(true, Ordering::Relaxed);
+    for c in &shared.drives {
+        c.cancel.store(true, Ordering::Relaxed);
+        c.poke();
+    }
+    let deadline = Instant::now() + Duration::from_millis(4500);
+    for t in threads {
+        while !t.is_finished() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        } else {
+            tracing::warn!("a drive worker did not stop in time; exiting anyway");
+        }
+    }
+    control_task.abort();
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
+    let _ = std::fs::remove_file(&cfg.control_socket);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn metrics_handler(
+    axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
+) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        shared.metrics.encode(),
+    )
+}
+
+/// SIGHUP: a new config replaces the old one only if it is valid.
+fn reload(shared: &Shared) {
+    let old = shared.config();
+    let Some(path) = old.source.clone() else {
+        return;
+    };
+    match config::load(&path) {
+        Ok(new) => {
+            let old_paths: Vec<&PathBuf> = old.paths.iter().map(|p| &p.path).collect();
+            let new_paths: Vec<&PathBuf> = new.paths.iter().map(|p| &p.path).collect();
+            if old_paths != new_paths {
+                tracing::warn!("the set of [[paths]] changed: that takes effect at the next restart; other settings apply now");
+            }
+            for (k, o, n) in [
+                (
+                    "state_dir",
+                    old.state_dir.display().to_string(),
+                    new.state_dir.display().to_string(),
+                ),
+                (
+                    "control_socket",
+                    old.control_socket.display().to_string(),
+                    new.control_socket.display().to_string(),
+                ),
+                (
+                    "metrics_listen",
+                    old.metrics_listen.clone(),
+                    new.metrics_listen.clone(),
+                ),
+            ] {
+                if o != n {
+                    tracing::warn!(
+                        "{k} changed ({o} -> {n}): that takes effect at the next restart"
+                    );
+                }
+            }
+            *shared.config.write().unwrap_or_else(|e| e.into_inner()) = Config {
+                state_dir: old.state_dir.clone(),
+                control_socket: old.control_socket.clone(),
+                metrics_listen: old.metrics_listen.clone(),
+                ..new
+            };
+            tracing::info!("configuration reloaded from {}", path.display());
+            for c in &shared.drives {
+                c.poke();
+            }
+        }
+        Err(e) => {
+            for p in &e.problems {
+                tracing::error!("{p}");
+            }
+            tracing::error!(
+                "configuration {} rejected ({} problem(s)); still running on the previous one",
+                path.display(),
+                e.problems.len()
+            );
+        }
+    }
+}

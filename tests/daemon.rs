@@ -1,0 +1,650 @@
+//! End to end: the real `refreshd run` on testbed drives and loop
+//! filesystems, driven through `refreshctl`, scraped over HTTP (and by a
+//! real Prometheus), killed and restarted.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::helpers::*;
+use refreshd::drive::disk_stats;
+use refreshd::inventory::now_secs;
+use refreshd::sampler::MONTH;
+use serde_json::Value;
+use testbed::{Drive, DriveOptions, Model};
+
+const MIB: usize = 1 << 20;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running daemon; killed (SIGKILL) on drop if still running.
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes a config for `tree` with short intervals; `extra` goes into
+/// `[defaults]`.
+fn config(dir: &Path, tree: &Path, port: u16, extra: &str) -> PathBuf {
+    let p = dir.join("refreshd.toml");
+    let mut defaults: Vec<String> = [
+        "scan_interval = \"30s\"",
+        "sample_interval = \"2s\"",
+        "sample_bytes = \"32MiB\"",
+        "min_free = \"64MiB\"",
+        "rate = \"400MiB/s\"",
+    ]
+    .iter()
+    .map(|l| l.to_string())
+    .collect();
+    for line in extra.lines().filter(|l| !l.trim().is_empty()) {
+        let key = line.split('=').next().unwrap().trim();
+        defaults.retain(|l| l.split('=').next().unwrap().trim() != key);
+        defaults.push(line.to_string());
+    }
+    std::fs::write(
+        &p,
+        format!(
+            "state_dir = \"{d}/state\"\ncontrol_socket = \"{d}/run/control.sock\"\nmetrics_listen = \"127.0.0.1:{port}\"\n\n[defaults]\n{defaults}\n\n[[paths]]\npath = \"{t}\"\n",
+            d = dir.display(),
+            t = tree.display(),
+            defaults = defaults.join("\n"),
+        ),
+    )
+    .unwrap();
+    p
+}
+
+impl Daemon {
+    fn start(dir: &Path, cfg: &Path, port: u16) -> Daemon {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("daemon.log"))
+            .unwrap();
+        let child = refreshd()
+            .args(["run", "--config"])
+            .arg(cfg)
+            .env("RUST_LOG", "refreshd=info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let d = Daemon {
+            child,
+            dir: dir.to_path_buf(),
+            port,
+        };
+        let t = Instant::now();
+        while !d.socket().exists() || d.ctl(&["status"]).0 != 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "daemon did not come up: {}",
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        d
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("run/control.sock")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Runs refreshctl; returns (exit code, stdout, stderr).
+    fn ctl(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_refreshctl"))
+            .arg("--socket")
+            .arg(self.socket())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn status(&self) -> Value {
+        let (code, out, err) = self.ctl(&["--json", "status"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()["drives"][0].clone()
+    }
+
+    fn metrics(&self) -> String {
+        http_get(self.port, "/metrics")
+    }
+
+    /// Waits until `f` holds, up to `secs`.
+    fn wait_for(&self, what: &str, secs: u64, mut f: impl FnMut(&Daemon) -> bool) {
+        let t = Instant::now();
+        while !f(self) {
+            assert!(
+                t.elapsed() < Duration::from_secs(secs),
+                "timed out waiting for {what}\nstatus: {:#}\nlog:\n{}",
+                self.status(),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The value of a metric line `name{labels}` (labels must match exactly).
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// `n` files of `mib` MiB under `dir`, mtime 6 months ago.
+fn stale_files(root: &Path, n: usize, mib: usize, seed: u64) -> Vec<PathBuf> {
+    std::fs::create_dir_all(root).unwrap();
+    (0..n)
+        .map(|i| {
+            let p = root.join(format!("seg{i}"));
+            write_file(&p, &pattern(mib * MIB, seed + i as u64));
+            set_mtime(&p, now_secs() - (6.0 * MONTH) as i64, 0);
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn privileged_daemon_finds_and_fixes_a_degraded_drive() {
+    if !privileged("privileged_daemon_finds_and_fixes_a_degraded_drive") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = Drive::up(
+        tmp.path(),
+        &DriveOptions {
+            size: 1 << 30,
+            ..DriveOptions::default()
+        },
+    )
+    .unwrap();
+    let tree = d.path("index");
+    let files = stale_files(&tree, 6, 16, 1);
+    d.sync().unwrap();
+    d.age(6.0);
+    let fresh = d.path("fresh-reference");
+    write_file(&fresh, &pattern(32 * MIB, 99));
+    d.sync().unwrap();
+    let before: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
+    let dev = d.loop_dev.trim_start_matches("/dev/").to_string();
+
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, "");
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    let degraded = format!("refreshd_drive_degraded{{device=\"{dev}\"}}");
+    let mut seen_degraded = false;
+    let total = (6 * 16 * MIB) as f64;
+    let refreshed = format!("refreshd_refreshed_bytes_total{{device=\"{dev}\"}}");
+    let healthy = format!("refreshd_drive_state{{device=\"{dev}\",state=\"healthy\"}}");
+    daemon.wait_for("degraded, refreshed, healthy", 90, |dm| {
+        let m = dm.metrics();
+        seen_degraded |= metric(&m, &degraded) == Some(1.0);
+        seen_degraded
+            && metric(&m, &refreshed).unwrap_or(0.0) >= total
+            && metric(&m, &healthy) == Some(1.0)
+    });
+    let m = daemon.metrics();
+    assert!(m.contains("# TYPE refreshd_refresh_files counter"), "{m}");
+    assert!(
+        metric(&m, &format!("refreshd_refresh_files_total{{device=\"{dev}\",outcome=\"refreshed\",reason=\"\"}}")) >= Some(6.0),
+        "{m}"
+    );
+    assert!(!m.contains("index/seg"), "no file names in labels");
+    let (code, text, _) = daemon.ctl(&["status"]);
+    assert_eq!(code, 0);
+    assert!(text.contains(&dev) && text.contains("healthy"), "{text}");
+    drop(daemon);
+
+    testbed::measure::drop_caches();
+    let (mut after, mut reference) = (0f64, 0f64);
+    for _ in 0..3 {
+        testbed::measure::drop_caches();
+        after = after.max(testbed::measure::bulk_read_parallel(&files[0], 8).unwrap());
+        testbed::measure::drop_caches();
+        reference = reference.max(testbed::measure::bulk_read_parallel(&fresh, 8).unwrap());
+    }
+    assert!(
+        after >= 0.8 * reference,
+        "refreshed {after:.0} B/s vs fresh {reference:.0} B/s"
+    );
+    let now: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
+    assert_eq!(before, now, "contents, layout and times unchanged");
+}
+
+#[test]
+fn privileged_daemon_leaves_a_fresh_drive_alone() {
+    if !privileged("privileged_daemon_leaves_a_fresh_drive_alone") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = Drive::up(
+        tmp.path(),
+        &DriveOptions {
+            size: 1 << 30,
+            model: Model::preset("840evo").unwrap(),
+            ..DriveOptions::default()
+        },
+    )
+    .unwrap();
+    let tree = d.path("index");
+    // Old by mtime, fresh on the flash: not slow, must not be rewritten.
+    stale_files(&tree, 4, 32, 5);
+    d.sync().unwrap();
+    let dev = d.loop_dev.trim_start_matches("/dev/").to_string();
+    let w0 = disk_stats(&dev).unwrap().write_bytes;
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, "sample_interval = \"1s\"\n");
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    daemon.wait_for("five sample rounds", 60, |dm| {
+        dm.log().matches("sampled").count() >= 5
+    });
+    let rounds = daemon.log().matches("sampled").count() as u64;
+    let st = daemon.status();
+    assert_eq!(st["state"], "healthy", "{st:#}");
+    let m = daemon.metrics();
+    assert_eq!(
+        metric(
+            &m,
+            &format!("refreshd_refreshed_bytes_total{{device=\"{dev}\"}}")
+        ),
+        None,
+        "{m}"
+    );
+    drop(daemon);
+    d.sync().unwrap();
+    // Only the canary (8 MiB per round with a 32 MiB budget) and the
+    // filesystem's own metadata (journal, allocation) were written; a
+    // refresh would have written the 128 MiB of files.
+    let written = disk_stats(&dev).unwrap().write_bytes - w0;
+    let allowed = (rounds + 1) * (8 << 20) + (16 << 20);
+    assert!(
+        written <= allowed,
+        "wrote {written} bytes in {rounds} rounds (allowed {allowed})"
+    );
+}
+
+#[test]
+fn privileged_refreshctl_now_wait_pause_and_resume() {
+    if !privileged("privileged_refreshctl_now_wait_pause_and_resume") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = Drive::up(
+        tmp.path(),
+        &DriveOptions {
+            size: 1 << 30,
+            model: Model::preset("none").unwrap(),
+            ..DriveOptions::default()
+        },
+    )
+    .unwrap();
+    let tree = d.path("index");
+    let files = stale_files(&tree, 4, 32, 11);
+    d.sync().unwrap();
+    let before: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
+    let port = free_port();
+    // A healthy drive (nothing happens by itself), a slow throttle.
+    let cfg = config(
+        tmp.path(),
+        &tree,
+        port,
+        "rate = \"16MiB/s\"\nsample_interval = \"1h\"\n",
+    );
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+
+    let (code, out, err) = daemon.ctl(&["now", "--force"]);
+    assert_eq!(code, 0, "{out}{err}");
+    daemon.wait_for("the refresh to be under way", 30, |dm| {
+        dm.status()["refresh"]["bytes_done"].as_u64().unwrap_or(0) >= 24 << 20
+    });
+    let (code, _, err) = daemon.ctl(&["pause"]);
+    assert_eq!(code, 0, "{err}");
+    daemon.wait_for("the refresh to stop", 10, |dm| {
+        dm.status()["refresh"].is_null()
+    });
+    let st = daemon.status();
+    assert_eq!(st["paused"], true, "{st:#}");
+    let done = |dm: &Daemon| {
+        metric(&dm.metrics(), "refreshd_refreshed_bytes_total{device=\"").unwrap_or(0.0)
+    };
+    let _ = done;
+    let m1 = daemon.metrics();
+    std::thread::sleep(Duration::from_millis(1500));
+    let m2 = daemon.metrics();
+    let bytes = |m: &str| {
+        m.lines()
+            .find(|l| l.starts_with("refreshd_refreshed_bytes_total"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    assert_eq!(bytes(&m1), bytes(&m2), "paused: nothing more written");
+    assert!(bytes(&m1) < (128 * MIB) as f64, "paused mid-way");
+    let (code, text, _) = daemon.ctl(&["status"]);
+    assert_eq!(code, 0);
+    assert!(text.contains("paused"), "{text}");
+
+    let (code, _, err) = daemon.ctl(&["resume"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("idle"), "--wait returns when done: {out}");
+    let m = daemon.metrics();
+    assert!(bytes(&m) >= (128 * MIB) as f64, "{m}");
+    assert!(daemon.log().contains("resuming from checkpoint") || bytes(&m) < (160 * MIB) as f64);
+    drop(daemon);
+    let now: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
+    assert_eq!(before, now);
+}
+
+#[test]
+fn privileged_daemon_resumes_from_its_checkpoint_after_kill_9() {
+    if !privileged("privileged_daemon_resumes_from_its_checkpoint_after_kill_9") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = Drive::up(
+        tmp.path(),
+        &DriveOptions {
+            size: 1 << 30,
+            model: Model::preset("none").unwrap(),
+            ..DriveOptions::default()
+        },
+    )
+    .unwrap();
+    let tree = d.path("index");
+    let files = stale_files(&tree, 1, 96, 21);
+    d.sync().unwrap();
+    let before = fingerprint(&files[0]);
+    let port = free_port();
+    let cfg = config(
+        tmp.path(),
+        &tree,
+        port,
+        "rate = \"24MiB/s\"\nsample_interval = \"1h\"\n",
+    );
+    let mut daemon = Daemon::start(tmp.path(), &cfg, port);
+    let (code, _, err) = daemon.ctl(&["now", "--force"]);
+    assert_eq!(code, 0, "{err}");
+    daemon.wait_for("40 MiB done", 30, |dm| {
+        dm.status()["refresh"]["bytes_done"].as_u64().unwrap_or(0) >= 40 << 20
+    });
+    daemon.child.kill().unwrap(); // SIGKILL: no chance to clean up
+    daemon.child.wait().unwrap();
+    drop(daemon);
+
+    let port = free_port();
+    let cfg = config(
+        tmp.path(),
+        &tree,
+        port,
+        "rate = \"24MiB/s\"\nsample_interval = \"1h\"\n",
+    );
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let log = daemon.log();
+    let resumed = log
+        .lines()
+        .find(|l| l.contains("resuming from checkpoint"))
+        .unwrap_or_else(|| panic!("no resume in the log:\n{log}"));
+    let skip: u64 = resumed
+        .split("skip=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    assert!(skip >= 32 << 20, "resumed at {skip}");
+    let m = daemon.metrics();
+    let second = m
+        .lines()
+        .find(|l| l.starts_with("refreshd_refreshed_bytes_total"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap();
+    assert_eq!(second, (96 << 20) - skip, "only the rest was rewritten");
+    drop(daemon);
+    assert_eq!(fingerprint(&files[0]), before, "contents intact");
+}
+
+#[test]
+fn privileged_daemon_survives_hostile_requests_and_broken_reloads() {
+    if !privileged("privileged_daemon_survives_hostile_requests_and_broken_reloads") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    let tree = fs.path("tree");
+    let files = stale_files(&tree, 2, 1, 31);
+    let before: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, "sample_interval = \"1h\"\n");
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+
+    // Garbage, a huge line, unknown verbs, paths outside, `..`, NUL.
+    use std::os::unix::net::UnixStream;
+    let mut s = UnixStream::connect(daemon.socket()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+    let outside = r#"{"v":1,"verb":"now","path":"/etc","force":true}"#.to_string();
+    let dotdot = format!(
+        r#"{{"v":1,"verb":"now","path":"{}/../../etc","force":true}}"#,
+        tree.display()
+    );
+    let nul = format!(
+        r#"{{"v":1,"verb":"now","path":"{}/\u0000x","force":true}}"#,
+        tree.display()
+    );
+    for (line, says) in [
+        ("\u{1}\u{2}garbage".to_string(), "not JSON"),
+        (
+            r#"{"v":1,"verb":"format_disk"}"#.to_string(),
+            "unknown variant",
+        ),
+        (r#"{"v":9,"verb":"status"}"#.to_string(), "version 9"),
+        (r#"[1,2,3]"#.to_string(), "not a JSON object"),
+        (outside, "not under a configured path"),
+        (dotdot, "'..'"),
+        (nul, "NUL"),
+        (
+            r#"{"v":1,"verb":"pause","drive":"sdz"}"#.to_string(),
+            "no such drive",
+        ),
+    ] {
+        writeln!(s, "{line}").unwrap();
+        let mut resp = String::new();
+        std::io::BufRead::read_line(&mut r, &mut resp).unwrap();
+        let v: Value = serde_json::from_str(&resp).unwrap();
+        assert_eq!(v["ok"], false, "{line}: {resp}");
+        assert!(
+            v["error"].as_str().unwrap().contains(says),
+            "{line}: {resp}"
+        );
+    }
+    s.write_all(&vec![b'x'; 200_000]).unwrap();
+    s.write_all(b"\n").unwrap();
+    let mut resp = String::new();
+    std::io::BufRead::read_line(&mut r, &mut resp).unwrap();
+    assert!(resp.contains("too long"), "{resp}");
+    // Still serving.
+    assert_eq!(daemon.ctl(&["status"]).0, 0);
+
+    // A broken config on SIGHUP: rejected with its line, old one kept.
+    let good = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        good.replace("sample_bytes = \"32MiB\"", "sample_bytes = \"lots\""),
+    )
+    .unwrap();
+    let out = refreshd()
+        .args(["check-config", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = good
+        .lines()
+        .position(|l| l.starts_with("sample_bytes"))
+        .unwrap()
+        + 1;
+    assert!(err.contains(&format!("refreshd.toml:{line}:")), "{err}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    daemon.wait_for("the rejection in the log", 10, |dm| {
+        dm.log().contains("still running on the previous one")
+    });
+    assert!(
+        daemon.log().contains(&format!("refreshd.toml:{line}:")),
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(daemon.ctl(&["status"]).0, 0, "still running");
+    // A good reload is taken.
+    std::fs::write(&cfg, &good).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    daemon.wait_for("the reload", 10, |dm| {
+        dm.log().contains("configuration reloaded")
+    });
+
+    // SIGTERM: exits within 5 s, socket removed.
+    let mut daemon = daemon;
+    let t = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = daemon.child.wait().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(status.success(), "{status:?}\n{}", daemon.log());
+    assert!(!daemon.socket().exists());
+    let (code, _, err) = daemon.ctl(&["status"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not running"), "{err}");
+    // Nothing was touched by any of it.
+    let now: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
+    assert_eq!(before, now);
+}
+
+#[test]
+fn privileged_prometheus_scrapes_the_daemon() {
+    if !privileged("privileged_prometheus_scrapes_the_daemon") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    let tree = fs.path("tree");
+    stale_files(&tree, 2, 4, 41);
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, "sample_interval = \"1s\"\n");
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    let dev = Path::new(&fs.dev)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    daemon.wait_for("a sample", 30, |dm| {
+        dm.metrics().contains("refreshd_drive_state{")
+    });
+
+    let prom_port = free_port();
+    let prom_cfg = tmp.path().join("prometheus.yml");
+    std::fs::write(
+        &prom_cfg,
+        format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: refreshd\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"),
+    )
+    .unwrap();
+    let prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", prom_cfg.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            tmp.path().join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let mut prom = match prom {
+        Ok(p) => p,
+        Err(e) => panic!("the prometheus binary (Debian package `prometheus`) is needed: {e}"),
+    };
+    struct Kill<'a>(&'a mut Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _k = Kill(&mut prom);
+    let query = format!("/api/v1/query?query=refreshd_drive_state%7Bdevice%3D%22{dev}%22%7D");
+    let t = Instant::now();
+    loop {
+        let body = std::panic::catch_unwind(|| http_get(prom_port, &query)).unwrap_or_default();
+        if body.contains("\"status\":\"success\"")
+            && body.contains(&format!("\"device\":\"{dev}\""))
+        {
+            assert!(body.contains("\"state\":\"healthy\""), "{body}");
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "prometheus never saw the drive: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let up = http_get(
+        prom_port,
+        "/api/v1/query?query=up%7Bjob%3D%22refreshd%22%7D",
+    );
+    assert!(up.contains("\"value\":[") && up.contains(",\"1\"]"), "{up}");
+}
