@@ -168,6 +168,19 @@ fn metric(text: &str, series: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// refreshd_refreshed_bytes_total of the (only) drive, 0 before any.
+fn refreshed_bytes(m: &str) -> f64 {
+    m.lines()
+        .find(|l| l.starts_with("refreshd_refreshed_bytes_total"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
+fn signal(d: &Daemon, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.child.id() as i32), sig).unwrap();
+}
+
 /// `n` files of `mib` MiB under `dir`, mtime 6 months ago.
 fn stale_files(root: &Path, n: usize, mib: usize, seed: u64) -> Vec<PathBuf> {
     std::fs::create_dir_all(root).unwrap();
@@ -433,12 +446,7 @@ fn privileged_daemon_resumes_from_its_checkpoint_after_kill_9() {
         .unwrap();
     assert!(skip >= 32 << 20, "resumed at {skip}");
     let m = daemon.metrics();
-    let second = m
-        .lines()
-        .find(|l| l.starts_with("refreshd_refreshed_bytes_total"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap();
+    let second = refreshed_bytes(&m) as u64;
     assert_eq!(second, (96 << 20) - skip, "only the rest was rewritten");
     drop(daemon);
     assert_eq!(fingerprint(&files[0]), before, "contents intact");
@@ -506,6 +514,17 @@ fn privileged_daemon_survives_hostile_requests_and_broken_reloads() {
     // Still serving.
     assert_eq!(daemon.ctl(&["status"]).0, 0);
 
+    // One instance per state dir.
+    let out = refreshd()
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another refreshd is running"), "{err}");
+    assert_eq!(daemon.ctl(&["status"]).0, 0, "the first one is unharmed");
+
     // A broken config on SIGHUP: rejected with its line, old one kept.
     let good = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(
@@ -526,11 +545,7 @@ fn privileged_daemon_survives_hostile_requests_and_broken_reloads() {
         .unwrap()
         + 1;
     assert!(err.contains(&format!("refreshd.toml:{line}:")), "{err}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
-        nix::sys::signal::Signal::SIGHUP,
-    )
-    .unwrap();
+    signal(&daemon, nix::sys::signal::Signal::SIGHUP);
     daemon.wait_for("the rejection in the log", 10, |dm| {
         dm.log().contains("still running on the previous one")
     });
@@ -542,11 +557,7 @@ fn privileged_daemon_survives_hostile_requests_and_broken_reloads() {
     assert_eq!(daemon.ctl(&["status"]).0, 0, "still running");
     // A good reload is taken.
     std::fs::write(&cfg, &good).unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
-        nix::sys::signal::Signal::SIGHUP,
-    )
-    .unwrap();
+    signal(&daemon, nix::sys::signal::Signal::SIGHUP);
     daemon.wait_for("the reload", 10, |dm| {
         dm.log().contains("configuration reloaded")
     });
@@ -554,11 +565,7 @@ fn privileged_daemon_survives_hostile_requests_and_broken_reloads() {
     // SIGTERM: exits within 5 s, socket removed.
     let mut daemon = daemon;
     let t = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    signal(&daemon, nix::sys::signal::Signal::SIGTERM);
     let status = daemon.child.wait().unwrap();
     assert!(
         t.elapsed() < Duration::from_secs(5),
@@ -573,6 +580,65 @@ fn privileged_daemon_survives_hostile_requests_and_broken_reloads() {
     // Nothing was touched by any of it.
     let now: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
     assert_eq!(before, now);
+}
+
+#[test]
+fn privileged_daemon_tells_systemd_when_ready() {
+    if !privileged("privileged_daemon_tells_systemd_when_ready") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    let tree = fs.path("tree");
+    stale_files(&tree, 1, 1, 51);
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    // Stand in for systemd: a datagram socket in NOTIFY_SOCKET.
+    let sock_path = tmp.path().join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, "sample_interval = \"1h\"\n");
+    let mut child = refreshd()
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .env("NOTIFY_SOCKET", &sock_path)
+        .env("WATCHDOG_USEC", "1000000")
+        .env_remove("WATCHDOG_PID")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    let t = Instant::now();
+    while !(seen.contains("READY=1") && seen.contains("WATCHDOG=1"))
+        && t.elapsed() < Duration::from_secs(20)
+    {
+        if let Ok(n) = sock.recv(&mut buf) {
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            seen.push('\n');
+        }
+    }
+    // READY only once the control socket and /metrics answer.
+    let ready_at_once = UnixStreamProbe::ok(&tmp.path().join("run/control.sock"));
+    let metrics = http_get(port, "/metrics");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(seen.contains("READY=1"), "{seen}");
+    assert!(seen.contains("WATCHDOG=1"), "{seen}");
+    assert!(
+        seen.contains("STATUS=")
+            && seen.contains(Path::new(&fs.dev).file_name().unwrap().to_str().unwrap()),
+        "{seen}"
+    );
+    assert!(ready_at_once);
+    assert!(metrics.contains("refreshd_build_info"));
+}
+
+struct UnixStreamProbe;
+impl UnixStreamProbe {
+    fn ok(p: &Path) -> bool {
+        std::os::unix::net::UnixStream::connect(p).is_ok()
+    }
 }
 
 #[test]

@@ -23,7 +23,10 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 #[test]
 fn systemd_unit_passes_systemd_analyze_verify() {
-    if !tool("systemd_unit_passes_systemd_analyze_verify", "systemd-analyze") {
+    if !tool(
+        "systemd_unit_passes_systemd_analyze_verify",
+        "systemd-analyze",
+    ) {
         return;
     }
     // The unit names /usr/local/bin/refreshd; verify checks that it exists,
@@ -32,7 +35,10 @@ fn systemd_unit_passes_systemd_analyze_verify() {
     for unit in ["refreshd.service", "refreshd-refresh@.service"] {
         let text = std::fs::read_to_string(Path::new(ROOT).join("systemd").join(unit)).unwrap();
         let text = text.replace("/usr/local/bin/refreshd", env!("CARGO_BIN_EXE_refreshd"));
-        assert!(text.contains(env!("CARGO_BIN_EXE_refreshd")), "{unit} runs refreshd");
+        assert!(
+            text.contains(env!("CARGO_BIN_EXE_refreshd")),
+            "{unit} runs refreshd"
+        );
         std::fs::write(dir.path().join(unit), text).unwrap();
     }
     let instance = dir.path().join("refreshd-refresh@srv-index.service");
@@ -46,7 +52,11 @@ fn systemd_unit_passes_systemd_analyze_verify() {
         let err = String::from_utf8_lossy(&out.stderr);
         // Lines about other units on this machine are not ours.
         let ours: Vec<&str> = err.lines().filter(|l| l.contains("refreshd")).collect();
-        assert!(out.status.success() && ours.is_empty(), "{}: {err}", unit.display());
+        assert!(
+            out.status.success() && ours.is_empty(),
+            "{}: {err}",
+            unit.display()
+        );
     }
     let unit = std::fs::read_to_string(Path::new(ROOT).join("systemd/refreshd.service")).unwrap();
     for must in [
@@ -68,7 +78,11 @@ fn alert_rules_pass_promtool() {
         return;
     }
     let rules = Path::new(ROOT).join("config/prometheus/refreshd-alerts.yml");
-    let out = Command::new("promtool").args(["check", "rules"]).arg(&rules).output().unwrap();
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&rules)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}{}",
@@ -76,7 +90,12 @@ fn alert_rules_pass_promtool() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = std::fs::read_to_string(&rules).unwrap();
-    for alert in ["RefreshdDriveDegraded", "RefreshdRefreshFailing", "RefreshdReadErrors", "RefreshdDown"] {
+    for alert in [
+        "RefreshdDriveDegraded",
+        "RefreshdRefreshFailing",
+        "RefreshdReadErrors",
+        "RefreshdDown",
+    ] {
         assert!(text.contains(alert), "missing alert {alert}");
     }
     assert!(text.contains("for: 1d"), "degraded for a day");
@@ -84,7 +103,9 @@ fn alert_rules_pass_promtool() {
 
 #[test]
 fn grafana_dashboard_uses_exported_metrics() {
-    let text = std::fs::read_to_string(Path::new(ROOT).join("config/grafana/refreshd-dashboard.json")).unwrap();
+    let text =
+        std::fs::read_to_string(Path::new(ROOT).join("config/grafana/refreshd-dashboard.json"))
+            .unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let exported = [
         "refreshd_drive_state",

@@ -470,7 +470,7 @@ fn rewrite_buffered(
     Ok(out)
 }
 
-fn read_exact_at(fd: BorrowedFd<'_>, buf: &mut [u8], mut off: u64) -> io::Result<()> {
+pub(crate) fn read_exact_at(fd: BorrowedFd<'_>, buf: &mut [u8], mut off: u64) -> io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         match rustix::io::pread(fd, &mut buf[done..], off) {
@@ -491,7 +491,7 @@ fn read_exact_at(fd: BorrowedFd<'_>, buf: &mut [u8], mut off: u64) -> io::Result
     Ok(())
 }
 
-fn write_all_at(fd: BorrowedFd<'_>, buf: &[u8], mut off: u64) -> io::Result<()> {
+pub(crate) fn write_all_at(fd: BorrowedFd<'_>, buf: &[u8], mut off: u64) -> io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         match rustix::io::pwrite(fd, &buf[done..], off) {

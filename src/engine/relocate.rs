@@ -34,6 +34,7 @@ use rustix::fs::{fcntl_getfl, fcntl_setfl, Advice, FallocateFlags, Mode, OFlags}
 use super::backend::{IoBackend, Op};
 use super::exec::{StopReason, Watch};
 use super::guard::{Opened, Target};
+use super::inplace::{read_exact_at, write_all_at};
 use super::plan::{self, Chunk, PlanParams};
 use super::report::{FileReport, Outcome, ReadError, SkipReason};
 use super::sys::{self, Dedupe, FsKind};
@@ -140,7 +141,7 @@ impl Relocator<'_> {
             match done.result {
                 Ok(got) if got == n => {
                     if to_temp {
-                        write_full(self.temp.as_fd(), &self.io.pool().get(done.buf)[..n], off)?;
+                        write_all_at(self.temp.as_fd(), &self.io.pool().get(done.buf)[..n], off)?;
                     }
                 }
                 _ => failed.push((off, n)),
@@ -159,8 +160,8 @@ impl Relocator<'_> {
             let mut b = off;
             while b < off + n as u64 {
                 let m = (off + n as u64 - b).min(self.block) as usize;
-                match read_full(self.orig, &mut self.buf[..m], b) {
-                    Ok(()) if to_temp => write_full(self.temp.as_fd(), &self.buf[..m], b)?,
+                match read_exact_at(self.orig, &mut self.buf[..m], b) {
+                    Ok(()) if to_temp => write_all_at(self.temp.as_fd(), &self.buf[..m], b)?,
                     Ok(()) => {}
                     Err(e) => match bad.last_mut() {
                         Some(r) if r.offset + r.len == b => r.len += m as u64,
@@ -358,37 +359,6 @@ impl Relocator<'_> {
         }
         ChunkResult::Moved
     }
-}
-
-fn read_full(fd: BorrowedFd<'_>, buf: &mut [u8], mut off: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match rustix::io::pread(fd, &mut buf[done..], off) {
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-            Ok(n) => {
-                done += n;
-                off += n as u64;
-            }
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-fn write_full(fd: BorrowedFd<'_>, buf: &[u8], mut off: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match rustix::io::pwrite(fd, &buf[done..], off) {
-            Ok(n) => {
-                done += n;
-                off += n as u64;
-            }
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }
 
 /// Whether `fs` can relocate at all.

@@ -167,3 +167,27 @@ fn data_age_uses_the_later_of_mtime_and_last_refresh() {
     assert_eq!(g.data_age(1_500).as_secs(), 100);
     assert_eq!(f.data_age(10).as_secs(), 0);
 }
+
+#[test]
+fn a_checkpoint_resumes_only_the_unchanged_file() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path();
+    write(&root.join("a"), 8192);
+    let mut store = Store::memory().expect("store");
+    store.scan(root).expect("scan");
+    let f = store.files(root, &[]).expect("files").remove(0);
+    assert_eq!(store.resume_point(&f).expect("none yet"), 0);
+    store.save_checkpoint(&f, 4096).expect("save");
+    assert_eq!(store.resume_point(&f).expect("resume"), 4096);
+    assert_eq!(store.checkpoints(root).expect("list").len(), 1);
+    // Changed since (another mtime): planned afresh, checkpoint dropped.
+    let changed = FileRecord {
+        mtime_ns: f.mtime_ns + 1,
+        ..f.clone()
+    };
+    assert_eq!(store.resume_point(&changed).expect("changed"), 0);
+    assert_eq!(store.resume_point(&f).expect("dropped"), 0);
+    store.save_checkpoint(&f, 4096).expect("save");
+    store.clear_checkpoint(f.dev, f.ino).expect("clear");
+    assert!(store.checkpoints(root).expect("list").is_empty());
+}
