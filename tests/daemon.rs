@@ -244,6 +244,16 @@ fn privileged_daemon_finds_and_fixes_a_degraded_drive() {
     assert_eq!(code, 0);
     assert!(text.contains(&dev) && text.contains("healthy"), "{text}");
     drop(daemon);
+    // The inventory knows they were refreshed, with their generation.
+    let db = rusqlite::Connection::open(tmp.path().join("state/state.db")).unwrap();
+    let n: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM files WHERE last_refresh IS NOT NULL AND generation IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 6);
 
     testbed::measure::drop_caches();
     let (mut after, mut reference) = (0f64, 0f64);
@@ -713,4 +723,72 @@ fn privileged_prometheus_scrapes_the_daemon() {
         "/api/v1/query?query=up%7Bjob%3D%22refreshd%22%7D",
     );
     assert!(up.contains("\"value\":[") && up.contains(",\"1\"]"), "{up}");
+}
+
+#[test]
+fn privileged_control_requests_are_authorised_by_peer_credentials() {
+    if !privileged("privileged_control_requests_are_authorised_by_peer_credentials") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    let tree = fs.path("tree");
+    stale_files(&tree, 1, 1, 61);
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    // Let others reach the socket's directory; the socket's mode decides.
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let port = free_port();
+    let as_nobody = |d: &Daemon, args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_refreshctl"))
+            .arg("--socket")
+            .arg(d.socket())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    // Default: socket 0600, root only.
+    let cfg = config(tmp.path(), &tree, port, "sample_interval = \"1h\"\n");
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    let mode = std::fs::metadata(daemon.socket()).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+    let (code, _, err) = as_nobody(&daemon, &["status"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("permission denied"), "{err}");
+    drop(daemon);
+
+    // control_group: its members may read, not act.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("control_group = \"nogroup\"\n{text}")).unwrap();
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    let (code, out, err) = as_nobody(&daemon, &["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("DEVICE"), "{out}");
+    for verb in [&["now", "--force"][..], &["pause"][..], &["resume"][..]] {
+        let (code, _, err) = as_nobody(&daemon, verb);
+        assert_eq!(code, 1, "{verb:?}");
+        assert!(
+            err.contains("permission denied") && err.contains("needs root"),
+            "{verb:?}: {err}"
+        );
+    }
+    assert_eq!(daemon.status()["paused"], false, "nothing changed");
+    let m = daemon.metrics();
+    assert!(
+        m.contains("refreshd_control_requests_total{verb=\"now\",result=\"denied\"} 1"),
+        "{m}"
+    );
 }

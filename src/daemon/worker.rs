@@ -321,6 +321,27 @@ fn recover(store: &Store, cell: &DriveCell) {
     }
 }
 
+/// The inode generation of a file just refreshed (kept in the inventory
+/// with its identity; reading it at scan time would cost an open per file).
+fn generation_of(f: &FileRecord) -> Option<u32> {
+    let fd = rustix::fs::openat2(
+        rustix::fs::CWD,
+        &f.path,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC
+            | rustix::fs::OFlags::NONBLOCK,
+        rustix::fs::Mode::empty(),
+        rustix::fs::ResolveFlags::NO_SYMLINKS,
+    )
+    .ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if st.st_ino != f.ino || st.st_dev != f.dev {
+        return None;
+    }
+    crate::engine::sys::inode_generation(std::os::fd::AsFd::as_fd(&fd)).ok()
+}
+
 fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) -> Vec<FileRecord> {
     let mut files = vec![];
     let mut error = None;
@@ -601,7 +622,8 @@ fn refresh(
             Outcome::Refreshed => {
                 refreshed.push(rec.clone());
                 let _ = store.clear_checkpoint(rec.dev, rec.ino);
-                let _ = store.mark_refreshed(rec.dev, rec.ino, inventory::now_secs(), None);
+                let generation = generation_of(rec);
+                let _ = store.mark_refreshed(rec.dev, rec.ino, inventory::now_secs(), generation);
                 let mut st = cell.lock();
                 if st.today.0 != day {
                     st.today = (day, 0);

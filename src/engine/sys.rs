@@ -400,3 +400,22 @@ pub fn resident_pages(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<Vec<
     }
     Ok(vec.into_iter().map(|b| b & 1 != 0).collect())
 }
+
+/// `FS_IOC_GETVERSION` (`_IOR('v', 1, long)`): the inode generation, which
+/// changes when an inode number is reused (ext4, XFS, btrfs).
+pub fn inode_generation(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    const FS_IOC_GETVERSION: libc::c_ulong = 0x8008_7601;
+    let mut gen: libc::c_long = 0;
+    // SAFETY: the kernel writes one `long` through the pointer; fd is valid.
+    let rc = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            FS_IOC_GETVERSION,
+            &mut gen as *mut libc::c_long,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(gen as u32)
+}
