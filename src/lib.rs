@@ -1,10 +1,16 @@
 //! refreshd keeps data on drift-prone SSDs fast: it finds stale files and
 //! rewrites their data in place, with the same bytes, safely and throttled.
 //!
-//! - [`engine`]: the in-place refresh engine (io_uring, O_DIRECT, leases).
+//! - [`config`]: the daemon's TOML, validated, problems at file:line:col.
+//! - [`inventory`]: file records in SQLite, incremental scans.
 //! - [`drive`]: file to physical drive (sysfs), identity, disk stats.
-//! - [`walk`]: command-line paths to refresh targets.
-//! - [`oneshot`]: `refreshd refresh`.
+//! - [`sampler`]: per-drive O_DIRECT sampling by data age, percentiles.
+//! - [`policy`]: degraded or not (confirmed, with hysteresis), the plan.
+//! - [`engine`]: the refresh engine: in place (io_uring, O_DIRECT, leases)
+//!   or kernel relocation (MOVE_EXT, FIDEDUPERANGE) for files in use.
+//! - [`daemon`]: `refreshd run`: workers, control socket, metrics, systemd.
+//! - [`protocol`], [`client`]: the control protocol and `refreshctl`.
+//! - [`walk`], [`oneshot`], [`survey`]: `refreshd refresh` and `survey`.
 //! - [`units`]: sizes, durations and rates for people.
 
 // Offsets and lengths are u64 and used as usize for buffers: 64-bit only.

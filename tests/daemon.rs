@@ -168,6 +168,16 @@ fn metric(text: &str, series: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// A 1 GiB testbed drive with decay model `model`.
+fn drive(dir: &Path, model: &str) -> Drive {
+    let opts = DriveOptions {
+        size: 1 << 30,
+        model: Model::preset(model).unwrap(),
+        ..DriveOptions::default()
+    };
+    Drive::up(dir, &opts).unwrap()
+}
+
 /// refreshd_refreshed_bytes_total of the (only) drive, 0 before any.
 fn refreshed_bytes(m: &str) -> f64 {
     m.lines()
@@ -200,14 +210,7 @@ fn privileged_daemon_finds_and_fixes_a_degraded_drive() {
         return;
     }
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let d = Drive::up(
-        tmp.path(),
-        &DriveOptions {
-            size: 1 << 30,
-            ..DriveOptions::default()
-        },
-    )
-    .unwrap();
+    let d = drive(tmp.path(), "840evo");
     let tree = d.path("index");
     let files = stale_files(&tree, 6, 16, 1);
     d.sync().unwrap();
@@ -277,15 +280,7 @@ fn privileged_daemon_leaves_a_fresh_drive_alone() {
         return;
     }
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let d = Drive::up(
-        tmp.path(),
-        &DriveOptions {
-            size: 1 << 30,
-            model: Model::preset("840evo").unwrap(),
-            ..DriveOptions::default()
-        },
-    )
-    .unwrap();
+    let d = drive(tmp.path(), "840evo");
     let tree = d.path("index");
     // Old by mtime, fresh on the flash: not slow, must not be rewritten.
     stale_files(&tree, 4, 32, 5);
@@ -329,15 +324,7 @@ fn privileged_refreshctl_now_wait_pause_and_resume() {
         return;
     }
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let d = Drive::up(
-        tmp.path(),
-        &DriveOptions {
-            size: 1 << 30,
-            model: Model::preset("none").unwrap(),
-            ..DriveOptions::default()
-        },
-    )
-    .unwrap();
+    let d = drive(tmp.path(), "none");
     let tree = d.path("index");
     let files = stale_files(&tree, 4, 32, 11);
     d.sync().unwrap();
@@ -403,15 +390,7 @@ fn privileged_daemon_resumes_from_its_checkpoint_after_kill_9() {
         return;
     }
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let d = Drive::up(
-        tmp.path(),
-        &DriveOptions {
-            size: 1 << 30,
-            model: Model::preset("none").unwrap(),
-            ..DriveOptions::default()
-        },
-    )
-    .unwrap();
+    let d = drive(tmp.path(), "none");
     let tree = d.path("index");
     let files = stale_files(&tree, 1, 96, 21);
     d.sync().unwrap();

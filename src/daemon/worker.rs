@@ -446,11 +446,20 @@ fn refresh(
             b
         }
     });
-    let candidates: Vec<FileRecord> = files
-        .iter()
-        .filter(|f| only.is_none_or(|p| f.path.starts_with(p)))
-        .cloned()
-        .collect();
+    // From the database, not the last scan's copy: files refreshed by an
+    // earlier, interrupted run carry their new last_refresh there.
+    let mut candidates: Vec<FileRecord> = vec![];
+    for root in &cell.roots {
+        match store.files(root, &[]) {
+            Ok(f) => candidates.extend(f),
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+    if candidates.is_empty() {
+        candidates = files.to_vec();
+    }
+    candidates.retain(|f| only.is_none_or(|p| f.path.starts_with(p)));
+    let files = &candidates;
     let plan = policy::plan(
         &candidates,
         PlanRules {

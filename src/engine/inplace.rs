@@ -176,21 +176,9 @@ fn run(
         };
     }
     let chunk = super::throttle::chunk_for_rate(cfg.chunk, ctx.throttle.rate(), align);
-    let seek = match plan::seek_data_ranges(fd, o.meta.size) {
-        Ok(r) => r,
-        Err(e) => {
-            return Outcome::Failed {
-                reason: format!("SEEK_DATA/SEEK_HOLE: {e}"),
-            }
-        }
-    };
-    let extents = match sys::fiemap(fd) {
-        Ok(e) => e,
-        Err(e) => {
-            return Outcome::Failed {
-                reason: format!("FIEMAP: {e}"),
-            }
-        }
+    let (seek, extents) = match plan::data_layout(fd, o.meta.size) {
+        Ok(l) => l,
+        Err(reason) => return Outcome::Failed { reason },
     };
     let params = PlanParams {
         size: o.meta.size,

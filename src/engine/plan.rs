@@ -99,6 +99,17 @@ pub fn skip_done(chunks: &mut Vec<Chunk>, skip: &mut u64) {
     }
 }
 
+/// The two views of a file's data that [`plan`] intersects, or why they
+/// could not be had (as a failure to report).
+pub fn data_layout(
+    fd: BorrowedFd<'_>,
+    size: u64,
+) -> Result<(Vec<Range<u64>>, Vec<Extent>), String> {
+    let seek = seek_data_ranges(fd, size).map_err(|e| format!("SEEK_DATA/SEEK_HOLE: {e}"))?;
+    let extents = sys::fiemap(fd).map_err(|e| format!("FIEMAP: {e}"))?;
+    Ok((seek, extents))
+}
+
 /// Data ranges per `SEEK_DATA`/`SEEK_HOLE`, clamped to `size`.
 pub fn seek_data_ranges(fd: BorrowedFd<'_>, size: u64) -> io::Result<Vec<Range<u64>>> {
     use rustix::fs::{seek, SeekFrom};

@@ -383,21 +383,9 @@ pub fn run(
         FsKind::Xfs | FsKind::Btrfs => Method::Dedupe,
     };
     let block = rustix::fs::fstatvfs(orig).map_or(4096, |s| s.f_bsize.max(512));
-    let seek = match plan::seek_data_ranges(orig, o.meta.size) {
-        Ok(r) => r,
-        Err(e) => {
-            return Outcome::Failed {
-                reason: format!("SEEK_DATA/SEEK_HOLE: {e}"),
-            }
-        }
-    };
-    let extents = match sys::fiemap(orig) {
-        Ok(e) => e,
-        Err(e) => {
-            return Outcome::Failed {
-                reason: format!("FIEMAP: {e}"),
-            }
-        }
+    let (seek, extents) = match plan::data_layout(orig, o.meta.size) {
+        Ok(l) => l,
+        Err(reason) => return Outcome::Failed { reason },
     };
     let chunk = cfg.relocate_chunk.max(block) / block * block;
     let params = PlanParams {
