@@ -300,19 +300,7 @@ fn run(
             reason: why.to_string(),
         };
     }
-    if !report.read_errors.is_empty() {
-        let first = &report.read_errors[0];
-        return Outcome::Failed {
-            reason: format!(
-                "{} unreadable range(s), left unwritten; first at offset {} length {}: {}",
-                report.read_errors.len(),
-                first.offset,
-                first.len,
-                first.error
-            ),
-        };
-    }
-    Outcome::Refreshed
+    report.done_outcome()
 }
 
 /// Why an empty plan leaves the file alone.

@@ -541,17 +541,5 @@ pub fn run(
     if let Some(o) = outcome {
         return o;
     }
-    if !report.read_errors.is_empty() {
-        let first = &report.read_errors[0];
-        return Outcome::Failed {
-            reason: format!(
-                "{} unreadable range(s), left unwritten; first at offset {} length {}: {}",
-                report.read_errors.len(),
-                first.offset,
-                first.len,
-                first.error
-            ),
-        };
-    }
-    Outcome::Refreshed
+    report.done_outcome()
 }

@@ -137,6 +137,23 @@ impl FileReport {
         }
     }
 
+    /// The outcome of a file that ran to its end: refreshed, or failed if
+    /// ranges could not be read (they were left unwritten).
+    pub fn done_outcome(&self) -> Outcome {
+        match self.read_errors.first() {
+            None => Outcome::Refreshed,
+            Some(first) => Outcome::Failed {
+                reason: format!(
+                    "{} unreadable range(s), left unwritten; first at offset {} length {}: {}",
+                    self.read_errors.len(),
+                    first.offset,
+                    first.len,
+                    first.error
+                ),
+            },
+        }
+    }
+
     pub fn skipped(path: PathBuf, reason: SkipReason, detail: impl Into<String>) -> FileReport {
         FileReport::new(
             path,
