@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,6 +49,22 @@ pub fn check_paths(paths: &[PathBuf]) -> Result<(), PathError> {
     Ok(())
 }
 
+/// Opens the directory `rel` below `root` for reading (`root` itself when
+/// `rel` is empty), never following a symlink, never leaving `root`'s
+/// filesystem or going above it.
+pub(crate) fn open_subdir(root: BorrowedFd<'_>, rel: &Path) -> rustix::io::Result<OwnedFd> {
+    if rel.as_os_str().is_empty() {
+        return rustix::io::dup(root);
+    }
+    openat2(
+        root,
+        rel,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV | ResolveFlags::BENEATH,
+    )
+}
+
 /// Expands `paths` into targets.
 pub fn walk(paths: &[PathBuf]) -> Result<Walked, PathError> {
     check_paths(paths)?;
@@ -86,48 +102,37 @@ fn walk_dir(root: &Path, out: &mut Walked, seen: &mut HashSet<(u64, u64)>) -> io
         Mode::empty(),
     )?);
     let root_dev = rustix::fs::fstat(&*root_fd)?.st_dev;
-    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV | ResolveFlags::BENEATH;
     let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        let dir_fd = if rel.as_os_str().is_empty() {
-            rustix::io::dup(&*root_fd)?
-        } else {
-            match openat2(
-                root_fd.as_fd(),
-                &rel,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-                Mode::empty(),
-                resolve,
-            ) {
-                Ok(fd) => fd,
-                Err(e) => {
-                    let (reason, detail) = match e {
-                        rustix::io::Errno::XDEV => (
-                            SkipReason::OtherFilesystem,
-                            "a mount point: other filesystems are not walked".to_string(),
-                        ),
-                        rustix::io::Errno::LOOP => (
-                            SkipReason::Symlink,
-                            "symlinks are never followed".to_string(),
-                        ),
-                        rustix::io::Errno::NOENT => (
-                            SkipReason::Vanished,
-                            "directory vanished during the walk".to_string(),
-                        ),
-                        e => {
-                            out.reports.push(FileReport::new(
-                                root.join(&rel),
-                                crate::engine::Outcome::Failed {
-                                    reason: format!("opening directory: {}", io::Error::from(e)),
-                                },
-                            ));
-                            continue;
-                        }
-                    };
-                    out.reports
-                        .push(FileReport::skipped(root.join(&rel), reason, detail));
-                    continue;
-                }
+        let dir_fd = match open_subdir(root_fd.as_fd(), &rel) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let (reason, detail) = match e {
+                    rustix::io::Errno::XDEV => (
+                        SkipReason::OtherFilesystem,
+                        "a mount point: other filesystems are not walked".to_string(),
+                    ),
+                    rustix::io::Errno::LOOP => (
+                        SkipReason::Symlink,
+                        "symlinks are never followed".to_string(),
+                    ),
+                    rustix::io::Errno::NOENT => (
+                        SkipReason::Vanished,
+                        "directory vanished during the walk".to_string(),
+                    ),
+                    e => {
+                        out.reports.push(FileReport::new(
+                            root.join(&rel),
+                            crate::engine::Outcome::Failed {
+                                reason: format!("opening directory: {}", io::Error::from(e)),
+                            },
+                        ));
+                        continue;
+                    }
+                };
+                out.reports
+                    .push(FileReport::skipped(root.join(&rel), reason, detail));
+                continue;
             }
         };
         let mut entries: Vec<(PathBuf, Option<FileType>, u64)> = Vec::new();

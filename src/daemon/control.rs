@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
-use super::worker::NowRequest;
+use super::worker::{DriveCell, NowRequest};
 use super::Shared;
 use crate::config::Config;
 use crate::protocol::{self, Response, Verb, MAX_LINE};
@@ -305,10 +305,7 @@ fn now(
 ) -> Result<Value, String> {
     let path = path.map(|p| check_path(cfg, p)).transpose()?;
     let cells: Vec<_> = match (drive, &path) {
-        (Some(d), _) => vec![shared
-            .find_drive(d)
-            .ok_or_else(|| format!("no such drive: {d}"))?
-            .clone()],
+        (Some(_), _) => cells_for(shared, drive)?,
         (None, Some(p)) => shared
             .drives
             .iter()
@@ -336,16 +333,20 @@ fn now(
     Ok(Value::Array(out))
 }
 
-fn pause(shared: &Shared, drive: Option<&str>, on: bool) -> Result<Value, String> {
-    let cells: Vec<_> = match drive {
-        Some(d) => vec![shared
+/// The drive a request names, or all of them.
+fn cells_for(shared: &Shared, drive: Option<&str>) -> Result<Vec<Arc<DriveCell>>, String> {
+    match drive {
+        Some(d) => shared
             .find_drive(d)
-            .ok_or_else(|| format!("no such drive: {d}"))?
-            .clone()],
-        None => shared.drives.clone(),
-    };
+            .map(|c| vec![c.clone()])
+            .ok_or_else(|| format!("no such drive: {d}")),
+        None => Ok(shared.drives.clone()),
+    }
+}
+
+fn pause(shared: &Shared, drive: Option<&str>, on: bool) -> Result<Value, String> {
     let mut out = vec![];
-    for c in cells {
+    for c in cells_for(shared, drive)? {
         c.paused.store(on, Ordering::Relaxed);
         if on {
             // Stops the file in flight after its I/O; it is checkpointed.

@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::SyncSender;
 
-use rustix::fs::{openat2, statx, AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, StatxFlags};
+use rustix::fs::{statx, AtFlags, Dir, FileType, Mode, OFlags, StatxFlags};
 
 /// One regular file as the walk saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +59,6 @@ pub fn walk(
         Mode::empty(),
     )?;
     let root_dev = rustix::fs::fstat(&root_fd)?.st_dev;
-    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV | ResolveFlags::BENEATH;
     let mask = StatxFlags::TYPE
         | StatxFlags::INO
         | StatxFlags::NLINK
@@ -70,26 +69,16 @@ pub fn walk(
     let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let abs = root.join(&rel);
-        let dir_fd = if rel.as_os_str().is_empty() {
-            rustix::io::dup(&root_fd)?
-        } else {
-            match openat2(
-                root_fd.as_fd(),
-                &rel,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-                Mode::empty(),
-                resolve,
-            ) {
-                Ok(fd) => fd,
-                // Replaced by a symlink or gone since it was listed.
-                Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOENT) => continue,
-                Err(e) => {
-                    problems.push(WalkProblem {
-                        path: abs,
-                        error: e.into(),
-                    });
-                    continue;
-                }
+        let dir_fd = match crate::walk::open_subdir(root_fd.as_fd(), &rel) {
+            Ok(fd) => fd,
+            // Replaced by a symlink or gone since it was listed.
+            Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOENT) => continue,
+            Err(e) => {
+                problems.push(WalkProblem {
+                    path: abs,
+                    error: e.into(),
+                });
+                continue;
             }
         };
         let mut files = Vec::new();

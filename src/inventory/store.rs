@@ -33,6 +33,9 @@ pub enum StoreError {
     },
 }
 
+/// A file row and two optional extra columns.
+type RowWithExtra = (FileRecord, Option<(i64, i64)>);
+
 /// One file of the inventory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FileRecord {
@@ -380,36 +383,61 @@ impl Store {
         Ok(stats)
     }
 
-    /// Files under `root` on any of `devs` (all devices when empty).
-    pub fn files(&self, root: &Path, devs: &[u64]) -> Result<Vec<FileRecord>, StoreError> {
-        let mut q = self.db(self.conn.prepare(
-            "SELECT f.dev, f.ino, d.path, f.name, f.size, f.alloc, f.mtime_ns, f.btime_ns,
-                    f.generation, f.last_refresh
-             FROM files f JOIN dirs d ON f.dir = d.id",
-        ))?;
-        let rows = self.db(q.query_map([], |r| {
-            let dir: Vec<u8> = r.get(2)?;
-            let name: Vec<u8> = r.get(3)?;
-            Ok(FileRecord {
-                dev: r.get::<_, i64>(0)? as u64,
-                ino: r.get::<_, i64>(1)? as u64,
-                path: Path::new(OsStr::from_bytes(&dir)).join(OsStr::from_bytes(&name)),
-                size: r.get::<_, i64>(4)? as u64,
-                alloc: r.get::<_, i64>(5)? as u64,
-                mtime_ns: r.get(6)?,
-                btime_ns: r.get(7)?,
-                generation: r.get(8)?,
-                last_refresh: r.get(9)?,
-            })
-        }))?;
-        let mut out = vec![];
-        for row in rows {
-            let f = self.db(row)?;
-            if (devs.is_empty() || devs.contains(&f.dev)) && f.path.starts_with(root) {
-                out.push(f);
-            }
+    /// Files under `root`.
+    pub fn files(&self, root: &Path) -> Result<Vec<FileRecord>, StoreError> {
+        Ok(self
+            .files_where(root, "", "")?
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect())
+    }
+
+    /// Rows of `files` (joined with `join`, filtered by `cond`) whose
+    /// directory is `root` or below it, with column `extra` (or NULL).
+    fn files_where(
+        &self,
+        root: &Path,
+        join: &str,
+        extra: &str,
+    ) -> Result<Vec<RowWithExtra>, StoreError> {
+        let root_b = root.as_os_str().as_bytes();
+        let mut under = root_b.to_vec();
+        if !under.ends_with(b"/") {
+            under.push(b'/');
         }
-        Ok(out)
+        let cols = if extra.is_empty() {
+            "NULL, NULL"
+        } else {
+            extra
+        };
+        let sql = format!(
+            "SELECT f.dev, f.ino, d.path, f.name, f.size, f.alloc, f.mtime_ns, f.btime_ns,
+                    f.generation, f.last_refresh, {cols}
+             FROM files f JOIN dirs d ON f.dir = d.id {join}
+             WHERE d.path = ?1 OR substr(d.path, 1, ?2) = ?3"
+        );
+        let mut q = self.db(self.conn.prepare(&sql))?;
+        let rows = self.db(
+            q.query_map(params![root_b, under.len() as i64, under], |r| {
+                let dir: Vec<u8> = r.get(2)?;
+                let name: Vec<u8> = r.get(3)?;
+                let f = FileRecord {
+                    dev: r.get::<_, i64>(0)? as u64,
+                    ino: r.get::<_, i64>(1)? as u64,
+                    path: Path::new(OsStr::from_bytes(&dir)).join(OsStr::from_bytes(&name)),
+                    size: r.get::<_, i64>(4)? as u64,
+                    alloc: r.get::<_, i64>(5)? as u64,
+                    mtime_ns: r.get(6)?,
+                    btime_ns: r.get(7)?,
+                    generation: r.get(8)?,
+                    last_refresh: r.get(9)?,
+                };
+                let x: Option<i64> = r.get(10)?;
+                let y: Option<i64> = r.get(11)?;
+                Ok((f, x.zip(y)))
+            }),
+        )?;
+        rows.map(|r| self.db(r)).collect()
     }
 
     /// Records a completed refresh of (dev, ino) at `when`.
@@ -478,26 +506,15 @@ impl Store {
     /// Checkpoints of files under `root`: (file as last scanned, the
     /// checkpoint's mtime, when it was last updated).
     pub fn checkpoints(&self, root: &Path) -> Result<Vec<(FileRecord, i64, i64)>, StoreError> {
-        let files = self.files(root, &[])?;
-        let mut q = self.db(self
-            .conn
-            .prepare("SELECT dev, ino, mtime_ns, updated FROM checkpoints"))?;
-        let rows = self.db(q.query_map([], |r| {
-            Ok((
-                r.get::<_, i64>(0)? as u64,
-                r.get::<_, i64>(1)? as u64,
-                r.get::<_, i64>(2)?,
-                r.get::<_, i64>(3)?,
-            ))
-        }))?;
-        let mut out = vec![];
-        for row in rows {
-            let (dev, ino, mtime, updated) = self.db(row)?;
-            if let Some(f) = files.iter().find(|f| f.dev == dev && f.ino == ino) {
-                out.push((f.clone(), mtime, updated));
-            }
-        }
-        Ok(out)
+        Ok(self
+            .files_where(
+                root,
+                "JOIN checkpoints c ON c.dev = f.dev AND c.ino = f.ino",
+                "c.mtime_ns, c.updated",
+            )?
+            .into_iter()
+            .filter_map(|(f, c)| c.map(|(mtime, updated)| (f, mtime, updated)))
+            .collect())
     }
 
     pub fn clear_checkpoint(&self, dev: u64, ino: u64) -> Result<(), StoreError> {

@@ -11,7 +11,7 @@ fn write(p: &Path, n: usize) {
 
 fn paths(store: &Store, root: &Path) -> Vec<String> {
     let mut v: Vec<String> = store
-        .files(root, &[])
+        .files(root)
         .expect("files")
         .into_iter()
         .map(|f| {
@@ -41,7 +41,7 @@ fn first_scan_records_every_regular_file_once() {
     assert_eq!((s.files, s.added, s.extra_links, s.bytes), (3, 3, 1, 60));
     assert_eq!(s.dirs, 3);
     assert_eq!(paths(&store, root), ["a", "d/b", "d/e/c"]);
-    let f = &store.files(root, &[]).expect("files")[0];
+    let f = &store.files(root).expect("files")[0];
     let md = fs::metadata(root.join("a")).expect("stat");
     assert_eq!((f.dev, f.ino, f.size), (md.dev(), md.ino(), 10));
     assert_eq!(f.mtime_ns, md.mtime() * 1_000_000_000 + md.mtime_nsec());
@@ -56,7 +56,7 @@ fn rescan_writes_only_differences_and_keeps_history_across_renames() {
     }
     let mut store = Store::memory().expect("store");
     store.scan(root).expect("scan");
-    let f0 = store.files(root, &[]).expect("files").remove(0);
+    let f0 = store.files(root).expect("files").remove(0);
     assert!(store
         .mark_refreshed(f0.dev, f0.ino, 1234, Some(7))
         .expect("mark"));
@@ -83,7 +83,7 @@ fn rescan_writes_only_differences_and_keeps_history_across_renames() {
         ["d1/f", "d3/f", "d3/new", "d4/f", "d4/moved"]
     );
     let moved = store
-        .files(root, &[])
+        .files(root)
         .expect("files")
         .into_iter()
         .find(|f| f.path.ends_with("d4/moved"))
@@ -108,10 +108,12 @@ fn scans_of_two_roots_do_not_delete_each_other() {
     store.scan(&t.path().join("b")).expect("scan b");
     store.scan(&t.path().join("a")).expect("rescan a");
     assert_eq!(store.count().expect("count"), 2);
-    assert_eq!(
-        store.files(&t.path().join("b"), &[]).expect("files").len(),
-        1
-    );
+    // A sibling whose name extends the root's is not under it.
+    write(&t.path().join("ab/z"), 1);
+    store.scan(&t.path().join("ab")).expect("scan ab");
+    assert_eq!(store.files(&t.path().join("a")).expect("files").len(), 1);
+    assert_eq!(store.files(&t.path().join("ab")).expect("files").len(), 1);
+    assert_eq!(store.files(&t.path().join("b")).expect("files").len(), 1);
 }
 
 #[test]
@@ -175,7 +177,7 @@ fn a_checkpoint_resumes_only_the_unchanged_file() {
     write(&root.join("a"), 8192);
     let mut store = Store::memory().expect("store");
     store.scan(root).expect("scan");
-    let f = store.files(root, &[]).expect("files").remove(0);
+    let f = store.files(root).expect("files").remove(0);
     assert_eq!(store.resume_point(&f).expect("none yet"), 0);
     store.save_checkpoint(&f, 4096).expect("save");
     assert_eq!(store.resume_point(&f).expect("resume"), 4096);
