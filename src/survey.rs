@@ -84,7 +84,7 @@ pub fn run(opts: &SurveyOptions) -> Result<Vec<DriveReport>, SurveyError> {
         for problem in &stats.problems {
             tracing::warn!("{problem}");
         }
-        let files = store.files(&abs, &[])?;
+        let files = store.files(&abs)?;
         let g = groups
             .entry(device)
             .or_insert_with(|| (drives, vec![], vec![]));

@@ -73,6 +73,11 @@ fn config(dir: &Path, tree: &Path, port: u16, extra: &str) -> PathBuf {
 
 impl Daemon {
     fn start(dir: &Path, cfg: &Path, port: u16) -> Daemon {
+        Daemon::start_with(dir, cfg, port, &[])
+    }
+
+    /// Like [`Daemon::start`], with extra environment variables.
+    fn start_with(dir: &Path, cfg: &Path, port: u16, env: &[(&str, &str)]) -> Daemon {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -82,6 +87,7 @@ impl Daemon {
             .args(["run", "--config"])
             .arg(cfg)
             .env("RUST_LOG", "refreshd=info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -384,25 +390,18 @@ fn privileged_refreshctl_now_wait_pause_and_resume() {
     assert_eq!(before, now);
 }
 
-#[test]
-fn privileged_daemon_resumes_from_its_checkpoint_after_kill_9() {
-    if !privileged("privileged_daemon_resumes_from_its_checkpoint_after_kill_9") {
-        return;
-    }
-    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let d = drive(tmp.path(), "none");
+/// Starts a forced refresh of one 96 MiB file at 24 MiB/s and kills the
+/// daemon (SIGKILL) 40 MiB into it. Returns the drive (kept up), the file
+/// and its fingerprint from before.
+fn killed_mid_file(dir: &Path) -> (Drive, PathBuf, Fingerprint) {
+    let d = drive(dir, "none");
     let tree = d.path("index");
-    let files = stale_files(&tree, 1, 96, 21);
+    let file = stale_files(&tree, 1, 96, 21).remove(0);
     d.sync().unwrap();
-    let before = fingerprint(&files[0]);
+    let before = fingerprint(&file);
     let port = free_port();
-    let cfg = config(
-        tmp.path(),
-        &tree,
-        port,
-        "rate = \"24MiB/s\"\nsample_interval = \"1h\"\n",
-    );
-    let mut daemon = Daemon::start(tmp.path(), &cfg, port);
+    let cfg = config(dir, &tree, port, KILL_SETTINGS);
+    let mut daemon = Daemon::start(dir, &cfg, port);
     let (code, _, err) = daemon.ctl(&["now", "--force"]);
     assert_eq!(code, 0, "{err}");
     daemon.wait_for("40 MiB done", 30, |dm| {
@@ -410,15 +409,20 @@ fn privileged_daemon_resumes_from_its_checkpoint_after_kill_9() {
     });
     daemon.child.kill().unwrap(); // SIGKILL: no chance to clean up
     daemon.child.wait().unwrap();
-    drop(daemon);
+    (d, file, before)
+}
 
+const KILL_SETTINGS: &str = "rate = \"24MiB/s\"\nsample_interval = \"1h\"\n";
+
+#[test]
+fn privileged_daemon_resumes_from_its_checkpoint_after_kill_9() {
+    if !privileged("privileged_daemon_resumes_from_its_checkpoint_after_kill_9") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (d, file, before) = killed_mid_file(tmp.path());
     let port = free_port();
-    let cfg = config(
-        tmp.path(),
-        &tree,
-        port,
-        "rate = \"24MiB/s\"\nsample_interval = \"1h\"\n",
-    );
+    let cfg = config(tmp.path(), &d.path("index"), port, KILL_SETTINGS);
     let daemon = Daemon::start(tmp.path(), &cfg, port);
     let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -438,7 +442,36 @@ fn privileged_daemon_resumes_from_its_checkpoint_after_kill_9() {
     let second = refreshed_bytes(&m) as u64;
     assert_eq!(second, (96 << 20) - skip, "only the rest was rewritten");
     drop(daemon);
-    assert_eq!(fingerprint(&files[0]), before, "contents intact");
+    assert_eq!(fingerprint(&file), before, "contents and mtime intact");
+}
+
+/// The mtime recovery is what puts the time back: without it the file
+/// keeps the mtime of the daemon's last write before the crash (and, now
+/// looking freshly written, is not even planned again).
+#[test]
+fn privileged_without_mtime_recovery_a_crash_leaves_a_moved_mtime() {
+    if !privileged("privileged_without_mtime_recovery_a_crash_leaves_a_moved_mtime") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (d, file, before) = killed_mid_file(tmp.path());
+    let port = free_port();
+    let cfg = config(tmp.path(), &d.path("index"), port, KILL_SETTINGS);
+    let daemon = Daemon::start_with(
+        tmp.path(),
+        &cfg,
+        port,
+        &[("REFRESHD_UNSAFE_NO_MTIME_RECOVERY", "1")],
+    );
+    let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
+    assert_eq!(code, 0, "{out}{err}");
+    drop(daemon);
+    let after = fingerprint(&file);
+    assert_eq!(after.hash, before.hash, "contents are intact either way");
+    assert_ne!(
+        after.mtime, before.mtime,
+        "without the recovery the mtime stays moved"
+    );
 }
 
 #[test]

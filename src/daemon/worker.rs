@@ -261,6 +261,11 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
 /// ours: put the original back, and the checkpoint stays valid for
 /// resuming. A later mtime is someone else's: the file is planned afresh.
 fn recover(store: &Store, cell: &DriveCell) {
+    // Test-only: shows what this recovery protects (tests/daemon.rs).
+    if std::env::var_os("REFRESHD_UNSAFE_NO_MTIME_RECOVERY").is_some() {
+        tracing::warn!("REFRESHD_UNSAFE_NO_MTIME_RECOVERY set: mtimes are not recovered");
+        return;
+    }
     for root in &cell.roots {
         let Ok(cps) = store.checkpoints(root) else {
             continue;
@@ -363,7 +368,7 @@ fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) -> Vec<FileRecord> {
                 error = Some(e.to_string());
             }
         }
-        match store.files(root, &[]) {
+        match store.files(root) {
             Ok(f) => files.extend(f),
             Err(e) => error = Some(e.to_string()),
         }
@@ -450,7 +455,7 @@ fn refresh(
     // earlier, interrupted run carry their new last_refresh there.
     let mut candidates: Vec<FileRecord> = vec![];
     for root in &cell.roots {
-        match store.files(root, &[]) {
+        match store.files(root) {
             Ok(f) => candidates.extend(f),
             Err(e) => tracing::warn!("{e}"),
         }
