@@ -23,7 +23,7 @@
 //! access times do not move. Bytes read never exceed the budget.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -32,8 +32,9 @@ use rand::{Rng, SeedableRng};
 use rustix::fs::{openat2, Mode, OFlags, ResolveFlags, CWD};
 use serde::Serialize;
 
-use crate::engine::backend::{open_backend, IoBackend, Op};
+use crate::engine::backend::{open_backend, Op};
 use crate::engine::buffers::BufferPool;
+use crate::engine::fileio::Ring;
 use crate::engine::sys::{
     self, FIEMAP_EXTENT_DATA_INLINE, FIEMAP_EXTENT_DELALLOC, FIEMAP_EXTENT_ENCODED,
     FIEMAP_EXTENT_NOT_ALIGNED, FIEMAP_EXTENT_UNKNOWN, FIEMAP_EXTENT_UNWRITTEN,
@@ -222,19 +223,24 @@ fn pick(c: &Candidate, rng: &mut SmallRng, len: u64) -> (u64, u64) {
 }
 
 /// Reads with queue depth: sequential regions and single small reads.
+/// Every read goes through a per-file handle, reaped before the call
+/// returns (also on an error).
 struct Reader {
-    io: Box<dyn IoBackend>,
+    ring: Ring,
 }
 
 impl Reader {
     fn new() -> io::Result<Reader> {
         let (io, _) = open_backend(BackendChoice::Auto, BufferPool::new(DEPTH, REQ))?;
-        Ok(Reader { io })
+        Ok(Reader {
+            ring: Ring::new(io),
+        })
     }
 
     /// Reads `[off, off+len)` in 1 MiB requests, up to 8 in flight.
     /// Returns the elapsed time, or the first error.
     fn region(&mut self, fd: &OwnedFd, off: u64, len: u64) -> io::Result<Duration> {
+        let mut io = self.ring.file(fd.as_fd())?;
         let t = Instant::now();
         let mut next = off;
         let end = off + len;
@@ -244,13 +250,16 @@ impl Reader {
             while first_err.is_none() && next < end {
                 let Some(b) = free.pop() else { break };
                 let n = (end - next).min(REQ as u64) as usize;
-                self.io.submit(fd.as_raw_fd(), b, Op::Read, next, n)?;
+                if let Err(e) = io.submit(b, Op::Read, next, n) {
+                    first_err = Some(e);
+                    break;
+                }
                 next += n as u64;
             }
-            if self.io.in_flight() == 0 {
+            if io.in_flight() == 0 {
                 break;
             }
-            if let Some(c) = self.io.wait(Duration::from_secs(30))? {
+            if let Some(c) = io.wait(Duration::from_secs(30))? {
                 free.push(c.buf);
                 match c.result {
                     Ok(0) if first_err.is_none() => {
@@ -268,17 +277,10 @@ impl Reader {
     }
 
     fn small(&mut self, fd: &OwnedFd, off: u64) -> io::Result<Duration> {
+        let mut io = self.ring.file(fd.as_fd())?;
         let t = Instant::now();
-        self.io.submit(fd.as_raw_fd(), 0, Op::Read, off, SMALL)?;
-        loop {
-            if let Some(c) = self.io.wait(Duration::from_secs(30))? {
-                c.result?;
-                return Ok(t.elapsed());
-            }
-            if self.io.in_flight() == 0 {
-                return Err(io::Error::other("read vanished"));
-            }
-        }
+        io.sync(0, Op::Read, off, SMALL)?;
+        Ok(t.elapsed())
     }
 }
 

@@ -1,9 +1,16 @@
 //! The two ways the engine moves bytes: an io_uring ring with registered
 //! buffers and several requests in flight, or plain pread/pwrite (one at a
 //! time) where io_uring is not allowed. Both own the buffer pool.
+//!
+//! Nothing outside this module and [`super::fileio`] submits requests: the
+//! raw [`IoBackend::submit`] is `unsafe` (its fd must outlive the request),
+//! and [`super::fileio::FileIo`] is the safe way in. Every request carries
+//! the epoch of the file handle it was submitted for, so a completion can
+//! never be taken for another file's request.
 
 use std::collections::VecDeque;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
@@ -35,33 +42,84 @@ pub enum Op {
     Write,
 }
 
-/// A finished request: which buffer, what it did, bytes moved or the error.
+/// One request: which file handle (epoch), buffer, operation and range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// The epoch of the [`super::fileio::FileIo`] that submitted it.
+    pub epoch: u32,
+    pub fd: RawFd,
+    pub buf: usize,
+    pub op: Op,
+    pub offset: u64,
+    pub len: usize,
+    /// I/O priority for the kernel (`ioprio`), 0 for the task's own.
+    pub ioprio: u16,
+}
+
+/// A finished request: its epoch, buffer, what it did, bytes moved or the error.
 #[derive(Debug)]
 pub struct Completion {
+    pub epoch: u32,
     pub buf: usize,
     pub op: Op,
     pub result: io::Result<usize>,
 }
 
-/// Moves bytes between a file and the pool's buffers.
+/// Packs epoch, buffer and op into io_uring's 64-bit user data.
+fn tag(epoch: u32, buf: usize, op: Op) -> u64 {
+    (u64::from(epoch) << 32) | ((buf as u64) << 1) | u64::from(op == Op::Write)
+}
+
+fn untag(t: u64) -> (u32, usize, Op) {
+    let op = if t & 1 == 1 { Op::Write } else { Op::Read };
+    ((t >> 32) as u32, ((t & 0xffff_ffff) >> 1) as usize, op)
+}
+
+/// Moves bytes between files and the pool's buffers.
 pub trait IoBackend: Send + std::fmt::Debug {
     fn kind(&self) -> BackendKind;
     fn pool(&self) -> &BufferPool;
     fn pool_mut(&mut self) -> &mut BufferPool;
-    /// Starts `op` of `len` bytes at `offset` using buffer `buf`.
-    fn submit(&mut self, fd: RawFd, buf: usize, op: Op, offset: u64, len: usize) -> io::Result<()>;
-    /// Next completion, waiting at most `timeout`; `None` on timeout or when
-    /// nothing is in flight.
+    /// Queues `req`. `Ok` means the request is now owned by the backend: it
+    /// will show up in [`IoBackend::wait`] (or the backend is broken and
+    /// must be discarded). `Err` means it was never queued.
+    ///
+    /// # Safety
+    /// `req.fd` must stay open, and buffer `req.buf` untouched by the
+    /// caller, until the request's completion has been returned by `wait`.
+    /// [`super::fileio::FileIo`] guarantees both.
+    unsafe fn submit(&mut self, req: Request) -> io::Result<()>;
+    /// Next completion of any epoch, waiting at most `timeout`; `None` on
+    /// timeout or when nothing is in flight.
     fn wait(&mut self, timeout: Duration) -> io::Result<Option<Completion>>;
+    /// Requests queued or in the kernel, not yet returned by `wait`.
     fn in_flight(&self) -> usize;
+    /// Asks the kernel to cancel every request in flight (best effort:
+    /// block I/O already at the device completes normally).
+    fn cancel_all(&mut self) {}
+    /// A new epoch for a file handle (never 0 after the first wrap).
+    fn next_epoch(&mut self) -> u32;
 }
 
 /// io_uring with registered buffers where the kernel allows it.
+///
+/// Why the raw pointers handed to the kernel stay valid: the buffers live in
+/// `pool`, which is only freed in `Drop` after the ring is closed and every
+/// request reaped; if any request could not be reaped, the pool is leaked
+/// instead (the kernel may still DMA into it). File descriptors are
+/// resolved by the kernel when the request is issued, which happens inside
+/// `io_uring_enter` for the requests we build (no `IOSQE_ASYNC`, no links),
+/// and the caller keeps them open until then anyway (see `submit`'s
+/// contract and `FileIo`).
 pub struct UringBackend {
-    ring: IoUring,
-    pool: BufferPool,
+    ring: ManuallyDrop<IoUring>,
+    pool: ManuallyDrop<BufferPool>,
     fixed: bool,
     in_flight: usize,
+    epoch: u32,
+    /// `io_uring_enter` failed after a request was queued: the request is
+    /// still in the submission queue; the next `wait` submits it again.
+    enter_error: Option<io::Error>,
 }
 
 impl std::fmt::Debug for UringBackend {
@@ -73,30 +131,62 @@ impl std::fmt::Debug for UringBackend {
     }
 }
 
+/// The wait for stragglers when a ring is discarded.
+const DROP_DRAIN: Duration = Duration::from_secs(30);
+
 impl UringBackend {
     /// Sets up a ring for `pool.count()` requests in flight. Fails with the
     /// kernel's error (EPERM, ENOSYS) when io_uring is not available.
     pub fn new(pool: BufferPool) -> io::Result<UringBackend> {
-        let entries = (pool.count() as u32).next_power_of_two().max(8);
+        // Room for every buffer plus the cancel requests of a drain.
+        let entries = (pool.count() as u32 + 1).next_power_of_two().max(8);
         let ring = IoUring::builder().build(entries)?;
         // Registered buffers save a page pin per request; without them (a
         // low RLIMIT_MEMLOCK) plain reads and writes still work.
         let iovecs = pool.iovecs();
-        // SAFETY: the iovecs describe the pool's allocation, which lives as
-        // long as the ring (both are fields of self and dropped together;
-        // the ring is declared first and so dropped first).
+        // SAFETY: the iovecs describe the pool's allocation, which outlives
+        // the ring: `Drop` closes the ring first and frees the pool only
+        // when no request is in flight (else it leaks it).
         let fixed = unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
         if !fixed {
             tracing::debug!("io_uring buffer registration refused; using unregistered buffers");
         }
         Ok(UringBackend {
-            ring,
-            pool,
+            ring: ManuallyDrop::new(ring),
+            pool: ManuallyDrop::new(pool),
             fixed,
             in_flight: 0,
+            epoch: 0,
+            enter_error: None,
+        })
+    }
+
+    fn reap(&mut self) -> Option<Completion> {
+        let cqe = self.ring.completion().next()?;
+        let t = cqe.user_data();
+        if t == CANCEL_TAG {
+            return self.reap();
+        }
+        self.in_flight -= 1;
+        let (epoch, buf, op) = untag(t);
+        let res = cqe.result();
+        let result = if res < 0 {
+            Err(io::Error::from_raw_os_error(-res))
+        } else {
+            Ok(res as usize)
+        };
+        Some(Completion {
+            epoch,
+            buf,
+            op,
+            result,
         })
     }
 }
+
+/// User data of cancel requests (never a valid request tag: buffer index
+/// all ones in a write).
+const CANCEL_TAG: u64 = u64::MAX;
 
 fn u32_len(len: usize) -> io::Result<u32> {
     u32::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "request too large"))
@@ -115,51 +205,59 @@ impl IoBackend for UringBackend {
         &mut self.pool
     }
 
-    fn submit(&mut self, fd: RawFd, buf: usize, op: Op, offset: u64, len: usize) -> io::Result<()> {
-        assert!(len <= self.pool.buf_len(), "request larger than its buffer");
-        let ptr = self.pool.ptr(buf);
-        let len = u32_len(len)?;
-        let idx = u16::try_from(buf).map_err(|_| io::Error::other("too many buffers"))?;
-        let fd = types::Fd(fd);
-        let entry = match (op, self.fixed) {
+    unsafe fn submit(&mut self, req: Request) -> io::Result<()> {
+        if req.len > self.pool.buf_len() || req.buf >= self.pool.count() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "request outside the buffer pool",
+            ));
+        }
+        let ptr = self.pool.ptr(req.buf);
+        let len = u32_len(req.len)?;
+        let idx = u16::try_from(req.buf).map_err(|_| io::Error::other("too many buffers"))?;
+        let fd = types::Fd(req.fd);
+        let entry = match (req.op, self.fixed) {
             (Op::Read, true) => opcode::ReadFixed::new(fd, ptr, len, idx)
-                .offset(offset)
+                .offset(req.offset)
+                .ioprio(req.ioprio)
                 .build(),
             (Op::Write, true) => opcode::WriteFixed::new(fd, ptr, len, idx)
-                .offset(offset)
+                .offset(req.offset)
+                .ioprio(req.ioprio)
                 .build(),
-            (Op::Read, false) => opcode::Read::new(fd, ptr, len).offset(offset).build(),
-            (Op::Write, false) => opcode::Write::new(fd, ptr, len).offset(offset).build(),
+            (Op::Read, false) => opcode::Read::new(fd, ptr, len)
+                .offset(req.offset)
+                .ioprio(req.ioprio)
+                .build(),
+            (Op::Write, false) => opcode::Write::new(fd, ptr, len)
+                .offset(req.offset)
+                .ioprio(req.ioprio)
+                .build(),
         };
-        let tag = (buf as u64) << 1 | u64::from(op == Op::Write);
-        // SAFETY: the buffer stays valid and untouched by us until its
-        // completion is reaped (the executor owns the slot state machine);
-        // the fd outlives every request because the executor drains all
-        // requests before it returns.
-        unsafe { self.ring.submission().push(&entry.user_data(tag)) }
+        let entry = entry.user_data(tag(req.epoch, req.buf, req.op));
+        // SAFETY: the buffer is the pool's and outlives the request (see
+        // the type's doc); the caller keeps the fd open and the buffer
+        // untouched until the completion is reaped (this fn's contract).
+        unsafe { self.ring.submission().push(&entry) }
             .map_err(|_| io::Error::other("submission queue full"))?;
-        self.ring.submit()?;
+        // From here on the request is ours to reap, whatever enter says.
         self.in_flight += 1;
+        match self.ring.submit() {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) => {}
+            Err(e) => self.enter_error = Some(e),
+        }
         Ok(())
     }
 
     fn wait(&mut self, timeout: Duration) -> io::Result<Option<Completion>> {
         loop {
-            if let Some(cqe) = self.ring.completion().next() {
-                self.in_flight -= 1;
-                let tag = cqe.user_data();
-                let res = cqe.result();
-                let result = if res < 0 {
-                    Err(io::Error::from_raw_os_error(-res))
-                } else {
-                    Ok(res as usize)
-                };
-                let op = if tag & 1 == 1 { Op::Write } else { Op::Read };
-                return Ok(Some(Completion {
-                    buf: (tag >> 1) as usize,
-                    op,
-                    result,
-                }));
+            if let Some(c) = self.reap() {
+                return Ok(Some(c));
             }
             if self.in_flight == 0 {
                 return Ok(None);
@@ -167,20 +265,66 @@ impl IoBackend for UringBackend {
             let ts = types::Timespec::from(timeout);
             let args = types::SubmitArgs::new().timespec(&ts);
             match self.ring.submitter().submit_with_args(1, &args) {
-                Ok(_) => {}
+                Ok(_) => self.enter_error = None,
                 Err(e) if e.raw_os_error() == Some(libc::ETIME) => {
                     if self.ring.completion().is_empty() {
                         return Ok(None);
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(self.enter_error.take().unwrap_or(e)),
             }
         }
     }
 
     fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    fn cancel_all(&mut self) {
+        if self.in_flight == 0 {
+            return;
+        }
+        let entry = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(CANCEL_TAG);
+        // SAFETY: a cancel request refers to no buffer or fd of ours.
+        if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+            let _ = self.ring.submit();
+        }
+    }
+
+    fn next_epoch(&mut self) -> u32 {
+        self.epoch = self.epoch.wrapping_add(1).max(1);
+        self.epoch
+    }
+}
+
+impl Drop for UringBackend {
+    fn drop(&mut self) {
+        if self.in_flight > 0 {
+            self.cancel_all();
+            let deadline = std::time::Instant::now() + DROP_DRAIN;
+            while self.in_flight > 0 && std::time::Instant::now() < deadline {
+                if self.wait(Duration::from_millis(100)).is_err() {
+                    break;
+                }
+            }
+        }
+        // SAFETY: each field is dropped exactly once, here, and never used
+        // again; the ring goes first so the kernel stops using the buffers'
+        // registration before they are freed.
+        unsafe { ManuallyDrop::drop(&mut self.ring) };
+        if self.in_flight == 0 {
+            // SAFETY: as above; no request can reach the buffers any more.
+            unsafe { ManuallyDrop::drop(&mut self.pool) };
+        } else {
+            tracing::error!(
+                in_flight = self.in_flight,
+                "discarding an io_uring ring with requests the kernel never completed; \
+                 leaking its buffers so no late DMA can land in reused memory"
+            );
+        }
     }
 }
 
@@ -189,6 +333,7 @@ impl IoBackend for UringBackend {
 pub struct SyncBackend {
     pool: BufferPool,
     done: VecDeque<Completion>,
+    epoch: u32,
 }
 
 impl SyncBackend {
@@ -196,6 +341,7 @@ impl SyncBackend {
         SyncBackend {
             pool,
             done: VecDeque::new(),
+            epoch: 0,
         }
     }
 }
@@ -213,20 +359,27 @@ impl IoBackend for SyncBackend {
         &mut self.pool
     }
 
-    fn submit(&mut self, fd: RawFd, buf: usize, op: Op, offset: u64, len: usize) -> io::Result<()> {
-        // SAFETY: the executor keeps the fd open while requests are pending.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        let result = match op {
-            Op::Read => {
-                let b = &mut self.pool.get_mut(buf)[..len];
-                rustix::io::pread(fd, b, offset).map_err(io::Error::from)
-            }
-            Op::Write => {
-                let b = &self.pool.get(buf)[..len];
-                rustix::io::pwrite(fd, b, offset).map_err(io::Error::from)
-            }
+    unsafe fn submit(&mut self, req: Request) -> io::Result<()> {
+        if req.len > self.pool.buf_len() || req.buf >= self.pool.count() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "request outside the buffer pool",
+            ));
+        }
+        // SAFETY: the caller keeps the fd open until the completion is
+        // reaped (this fn's contract); here it is used right away.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(req.fd) };
+        let (off, len) = (req.offset, req.len);
+        let result = match req.op {
+            Op::Read => rustix::io::pread(fd, &mut self.pool.get_mut(req.buf)[..len], off),
+            Op::Write => rustix::io::pwrite(fd, &self.pool.get(req.buf)[..len], off),
         };
-        self.done.push_back(Completion { buf, op, result });
+        self.done.push_back(Completion {
+            epoch: req.epoch,
+            buf: req.buf,
+            op: req.op,
+            result: result.map_err(io::Error::from),
+        });
         Ok(())
     }
 
@@ -236,6 +389,11 @@ impl IoBackend for SyncBackend {
 
     fn in_flight(&self) -> usize {
         self.done.len()
+    }
+
+    fn next_epoch(&mut self) -> u32 {
+        self.epoch = self.epoch.wrapping_add(1).max(1);
+        self.epoch
     }
 }
 
@@ -273,5 +431,53 @@ pub fn open_backend(
                 )),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_round_trip_and_never_collide_with_cancel() {
+        for (e, b, op) in [
+            (1, 0, Op::Read),
+            (u32::MAX, 255, Op::Write),
+            (7, 3, Op::Read),
+        ] {
+            assert_eq!(untag(tag(e, b, op)), (e, b, op));
+            assert_ne!(tag(e, b, op), CANCEL_TAG);
+        }
+    }
+
+    #[test]
+    fn ring_reports_the_epoch_of_each_request() {
+        let Ok(mut ring) = UringBackend::new(BufferPool::new(2, 4096)) else {
+            eprintln!("skipped: io_uring unavailable here");
+            return;
+        };
+        let f = tempfile::tempfile().expect("temp file");
+        f.set_len(8192).expect("size");
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+        for (epoch, buf) in [(5, 0), (6, 1)] {
+            let req = Request {
+                epoch,
+                fd,
+                buf,
+                op: Op::Read,
+                offset: 0,
+                len: 4096,
+                ioprio: 0,
+            };
+            // SAFETY: `f` outlives the ring's requests: both are reaped below.
+            unsafe { ring.submit(req) }.expect("submit");
+        }
+        let mut seen = vec![];
+        while let Some(c) = ring.wait(Duration::from_secs(5)).expect("wait") {
+            seen.push((c.epoch, c.buf));
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, vec![(5, 0), (6, 1)]);
+        assert_eq!(ring.in_flight(), 0);
     }
 }

@@ -3,101 +3,26 @@
 //! read of chunk N+1 overlaps the write of chunk N. Between any two steps the
 //! watch is asked whether to stop (lease break, cancel, low space).
 //!
-//! Invariant: a buffer is written only after a read of exactly the chunk's
-//! bytes into it succeeded. Failed reads are narrowed to the smallest failing
-//! aligned ranges; the readable rest is refreshed.
+//! Invariants: a buffer is written only after a read of exactly the chunk's
+//! bytes into it succeeded (failed reads are narrowed to the smallest
+//! failing aligned ranges; the readable rest is refreshed); and, under a
+//! lease, the bytes of writes in flight are bounded so they finish far
+//! inside the kernel's lease-break time ([`WriteWindow`]). A write that
+//! completed after the lease could have been revoked is reported in
+//! [`ExecResult::exposed`]: it may have landed on another writer's data.
 
 use std::collections::VecDeque;
 use std::io;
 use std::ops::Range;
-use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::backend::{IoBackend, Op};
+use super::backend::Op;
+use super::fileio::FileIo;
+use super::lease::WriteWindow;
 use super::plan::Chunk;
-use super::throttle::TokenBucket;
-
-/// How often, at most, the executor looks at the lease and the stop flag
-/// while it waits for I/O or for the throttle.
-pub const POLL: Duration = Duration::from_millis(20);
-
-/// Why a file stopped before its end.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopReason {
-    /// Another process opened or truncated the file.
-    LeaseBroken,
-    /// Shutdown or Ctrl-C.
-    Cancelled,
-    /// Free space fell to the watermark.
-    LowSpace { free: u64, watermark: u64 },
-}
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StopReason::LeaseBroken => write!(f, "another process opened the file"),
-            StopReason::Cancelled => write!(f, "cancelled"),
-            StopReason::LowSpace { free, watermark } => write!(
-                f,
-                "free space {} is below the watermark {}",
-                crate::units::format_size(*free),
-                crate::units::format_size(*watermark)
-            ),
-        }
-    }
-}
-
-/// What the executor asks between steps.
-pub trait Watch {
-    /// Stop now? (lease break, cancel)
-    fn should_stop(&mut self) -> Option<StopReason>;
-    /// May `len` more bytes be written? (free space on copy-on-write)
-    fn space_for(&mut self, len: u64) -> Result<(), StopReason>;
-}
-
-/// The rate limit shared by every file an engine refreshes.
-#[derive(Debug)]
-pub struct Throttle {
-    bucket: Option<TokenBucket>,
-    epoch: Instant,
-}
-
-impl Throttle {
-    pub fn new(rate: Option<u64>, burst: u64) -> Throttle {
-        let bucket = rate.map(|r| TokenBucket::new(r, burst, Duration::ZERO));
-        Throttle {
-            bucket,
-            epoch: Instant::now(),
-        }
-    }
-
-    pub fn rate(&self) -> Option<u64> {
-        self.bucket.as_ref().map(TokenBucket::rate)
-    }
-
-    pub fn try_take(&mut self, n: u64) -> Result<(), Duration> {
-        let now = self.epoch.elapsed();
-        match &mut self.bucket {
-            Some(b) => b.take(n, now),
-            None => Ok(()),
-        }
-    }
-
-    /// Waits for `n` bytes of budget, still answering the watch.
-    pub fn take_watching(&mut self, n: u64, watch: &mut dyn Watch) -> Result<(), StopReason> {
-        loop {
-            if let Some(why) = watch.should_stop() {
-                return Err(why);
-            }
-            match self.try_take(n) {
-                Ok(()) => return Ok(()),
-                Err(wait) => std::thread::sleep(wait.min(POLL)),
-            }
-        }
-    }
-}
+use super::throttle::{StopReason, Throttle, Watch, POLL};
 
 /// Options of one run.
 #[derive(Debug, Clone, Copy)]
@@ -108,9 +33,15 @@ pub struct ExecParams {
     pub align: u64,
     /// Read each written chunk back and compare.
     pub verify: bool,
+    /// Under a lease: the kernel's lease-break time. Writes in flight are
+    /// bounded to what the device finishes in a fraction of it.
+    pub lease_break: Option<Duration>,
     /// Test-only: write chunks whose read failed (breaks "never write what
     /// was not read").
     pub unsafe_write_failed_reads: bool,
+    /// Test-only: no bound on writes in flight (breaks "no write after the
+    /// lease" on a slow device).
+    pub unsafe_unbounded_writes: bool,
 }
 
 /// A fatal problem: the file is reported failed.
@@ -161,6 +92,9 @@ pub struct ExecResult {
     pub resume_offset: Option<u64>,
     /// Ranges that could not be read: never written.
     pub bad_ranges: Vec<(Range<u64>, io::ErrorKind, Option<i32>)>,
+    /// Writes that completed (or could not be reaped) after the lease may
+    /// have been revoked: they may have overwritten another writer's data.
+    pub exposed: Vec<Range<u64>>,
     pub error: Option<ExecError>,
 }
 
@@ -181,378 +115,502 @@ enum Slot {
     },
 }
 
-/// Runs `chunks` (all direct) against `fd`.
+/// One run's state: which buffer holds what.
+struct Exec<'r, 'f> {
+    io: &'r mut FileIo<'f>,
+    chunks: &'r [Chunk],
+    params: ExecParams,
+    depth: usize,
+    slots: Vec<Slot>,
+    held: VecDeque<usize>,
+    done: Vec<bool>,
+    bad: Vec<usize>,
+    next: usize,
+    res: ExecResult,
+    stopping: Option<StopReason>,
+    fatal: bool,
+    window: WriteWindow,
+}
+
+/// Runs `chunks` (all direct) through `io`. Returns only when nothing of
+/// this run is in flight (or the handle could not drain: then the ring is
+/// poisoned and every write still in flight is reported exposed).
 pub fn run_direct(
-    backend: &mut dyn IoBackend,
-    fd: RawFd,
+    io: &mut FileIo<'_>,
     chunks: &[Chunk],
     throttle: &mut Throttle,
     watch: &mut dyn Watch,
     params: ExecParams,
     progress: &mut dyn FnMut(u64),
 ) -> ExecResult {
-    let depth = params.depth.clamp(
-        1,
-        backend.pool().count() / if params.verify { 2 } else { 1 },
-    );
-    let mut slots = vec![Slot::Free; depth];
-    let mut held: VecDeque<usize> = VecDeque::new();
-    let mut done = vec![false; chunks.len()];
-    let mut bad: Vec<usize> = Vec::new();
-    let mut next = 0usize;
-    let mut res = ExecResult::default();
-    let mut stopping: Option<StopReason> = None;
-    let mut fatal = false;
+    let depth = params
+        .depth
+        .clamp(1, io.pool().count() / if params.verify { 2 } else { 1 });
+    let window = WriteWindow::new(if params.unsafe_unbounded_writes {
+        None
+    } else {
+        params.lease_break
+    });
+    let mut x = Exec {
+        io,
+        chunks,
+        params,
+        depth,
+        slots: vec![Slot::Free; depth],
+        held: VecDeque::new(),
+        done: vec![false; chunks.len()],
+        bad: Vec::new(),
+        next: 0,
+        res: ExecResult::default(),
+        stopping: None,
+        fatal: false,
+        window,
+    };
+    x.main_loop(throttle, watch, progress);
+    x.narrow_bad(throttle, watch, progress);
+    x.finish()
+}
 
-    loop {
-        if stopping.is_none() && !fatal {
-            stopping = watch.should_stop();
-        }
-        let mut token_wait = POLL;
-        if stopping.is_none() && !fatal {
-            // Reads run ahead into free buffers.
-            while next < chunks.len() {
-                let Some(s) = slots.iter().position(|s| matches!(s, Slot::Free)) else {
-                    break;
-                };
-                if let Err(why) = watch.space_for(chunks[next].len) {
-                    stopping = Some(why);
-                    break;
+impl Exec<'_, '_> {
+    fn running(&self) -> bool {
+        self.stopping.is_none() && !self.fatal
+    }
+
+    fn fail(&mut self, e: ExecError) {
+        self.res.error.get_or_insert(e);
+        self.fatal = true;
+    }
+
+    fn main_loop(
+        &mut self,
+        throttle: &mut Throttle,
+        watch: &mut dyn Watch,
+        progress: &mut dyn FnMut(u64),
+    ) {
+        loop {
+            if self.running() {
+                self.stopping = watch.should_stop();
+            }
+            let mut wait = POLL;
+            if self.running() {
+                self.start_reads(watch);
+                wait = self.start_writes(throttle, watch);
+            }
+            if !self.running() {
+                // Data read but not yet written is simply dropped.
+                for s in self.held.drain(..) {
+                    self.slots[s] = Slot::Free;
                 }
-                let c = chunks[next];
-                if let Err(e) = backend.submit(fd, s, Op::Read, c.offset, c.len as usize) {
-                    res.error = Some(ExecError::Io {
-                        op: "submitting a read",
+            }
+            if self.io.in_flight() == 0 {
+                let finished = self.next == self.chunks.len() && self.held.is_empty();
+                if finished || !self.running() {
+                    return;
+                }
+                std::thread::sleep(wait);
+                continue;
+            }
+            match self.io.wait(wait) {
+                Ok(Some(c)) => self.on_completion(c, watch, progress),
+                Ok(None) => {}
+                Err(e) => {
+                    self.fail(ExecError::Io {
+                        op: "waiting for I/O",
                         source: e,
                     });
-                    fatal = true;
-                    break;
-                }
-                slots[s] = Slot::Reading(next);
-                next += 1;
-            }
-            // Writes follow, in order, as the budget allows.
-            while let Some(&s) = held.front() {
-                if stopping.is_some() || fatal {
-                    break;
-                }
-                let Slot::Held(ci, hash) = slots[s] else {
-                    unreachable!("held slot not held")
-                };
-                let c = chunks[ci];
-                match throttle.try_take(c.len) {
-                    Ok(()) => {
-                        if let Err(e) = backend.submit(fd, s, Op::Write, c.offset, c.len as usize) {
-                            res.error = Some(ExecError::Io {
-                                op: "submitting a write",
-                                source: e,
-                            });
-                            fatal = true;
-                            break;
-                        }
-                        slots[s] = Slot::Writing {
-                            chunk: ci,
-                            hash,
-                            retried: false,
-                        };
-                        held.pop_front();
-                    }
-                    Err(wait) => {
-                        token_wait = wait.min(POLL);
-                        break;
-                    }
+                    self.give_up(watch);
+                    return;
                 }
             }
         }
-        if stopping.is_some() || fatal {
-            // Data read but not yet written is simply dropped.
-            for s in held.drain(..) {
-                slots[s] = Slot::Free;
+    }
+
+    /// The ring failed while requests were in flight: reap what can be
+    /// reaped; writes not provably done inside the lease are exposed.
+    fn give_up(&mut self, watch: &mut dyn Watch) {
+        let drained = self.io.drain().is_ok();
+        let late = watch.lease_deadline().is_some_and(|d| Instant::now() > d);
+        for s in 0..self.slots.len() {
+            if let Slot::Writing { chunk, .. } = self.slots[s] {
+                if !drained || late {
+                    let c = self.chunks[chunk];
+                    self.res.exposed.push(c.offset..c.end());
+                }
             }
+            self.slots[s] = Slot::Free;
         }
-        if backend.in_flight() == 0 {
-            let finished = next == chunks.len() && held.is_empty();
-            if finished || stopping.is_some() || fatal {
-                break;
+    }
+
+    /// Reads run ahead into free buffers.
+    fn start_reads(&mut self, watch: &mut dyn Watch) {
+        while self.next < self.chunks.len() {
+            let Some(s) = self.slots.iter().position(|s| matches!(s, Slot::Free)) else {
+                return;
+            };
+            let c = self.chunks[self.next];
+            if let Err(why) = watch.space_for(c.len) {
+                self.stopping = Some(why);
+                return;
             }
-            std::thread::sleep(token_wait);
-            continue;
-        }
-        let completion = match backend.wait(token_wait) {
-            Ok(Some(c)) => c,
-            Ok(None) => continue,
-            Err(e) => {
-                // The ring itself failed: in-flight requests are lost to us,
-                // so the fd and buffers must not be reused. Stop here.
-                res.error = Some(ExecError::Io {
-                    op: "waiting for I/O",
+            if let Err(e) = self.io.submit(s, Op::Read, c.offset, c.len as usize) {
+                self.fail(ExecError::Io {
+                    op: "submitting a read",
                     source: e,
                 });
-                return res;
+                return;
             }
-        };
+            self.slots[s] = Slot::Reading(self.next);
+            self.next += 1;
+        }
+    }
+
+    /// Writes follow, in order, as the budget and the write window allow.
+    /// Returns how long to wait for more budget.
+    fn start_writes(&mut self, throttle: &mut Throttle, watch: &mut dyn Watch) -> Duration {
+        while let Some(&s) = self.held.front() {
+            let Slot::Held(ci, hash) = self.slots[s] else {
+                self.fail(internal("held buffer in another state"));
+                return POLL;
+            };
+            let c = self.chunks[ci];
+            if !self.window.admits(c.len) {
+                return POLL;
+            }
+            if let Err(wait) = throttle.try_take(c.len) {
+                return wait.min(POLL);
+            }
+            // Right before the write: is the lease still ours?
+            if let Some(why) = watch.should_stop() {
+                self.stopping = Some(why);
+                return POLL;
+            }
+            if let Err(e) = self.io.submit(s, Op::Write, c.offset, c.len as usize) {
+                self.fail(ExecError::Io {
+                    op: "submitting a write",
+                    source: e,
+                });
+                return POLL;
+            }
+            self.window.started(c.len, Instant::now());
+            self.slots[s] = Slot::Writing {
+                chunk: ci,
+                hash,
+                retried: false,
+            };
+            self.held.pop_front();
+        }
+        POLL
+    }
+
+    fn on_completion(
+        &mut self,
+        c: super::backend::Completion,
+        watch: &mut dyn Watch,
+        progress: &mut dyn FnMut(u64),
+    ) {
         // Verify reads land in buffer depth + slot.
-        let s = if completion.buf >= depth {
-            completion.buf - depth
+        let s = if c.buf >= self.depth {
+            c.buf - self.depth
         } else {
-            completion.buf
+            c.buf
         };
-        match (slots[s], completion.op) {
-            (Slot::Reading(ci), Op::Read) => {
-                let c = chunks[ci];
-                let ok = matches!(completion.result, Ok(n) if n as u64 == c.len);
-                if !ok && !params.unsafe_write_failed_reads {
-                    // Never written: narrowed after the pass.
-                    bad.push(ci);
-                    done[ci] = true;
-                    slots[s] = Slot::Free;
-                } else if stopping.is_some() || fatal {
-                    slots[s] = Slot::Free;
-                } else {
-                    let hash = if params.verify {
-                        xxh3_64(&backend.pool().get(s)[..c.len as usize])
-                    } else {
-                        0
-                    };
-                    slots[s] = Slot::Held(ci, hash);
-                    held.push_back(s);
-                }
-            }
+        if s >= self.slots.len() {
+            self.fail(internal("completion for a buffer out of range"));
+            return;
+        }
+        match (self.slots[s], c.op) {
+            (Slot::Reading(ci), Op::Read) => self.read_done(s, ci, c.result),
             (
                 Slot::Writing {
-                    chunk: ci,
+                    chunk,
                     hash,
                     retried,
                 },
                 Op::Write,
             ) => {
-                let c = chunks[ci];
-                match completion.result {
-                    Ok(n) if n as u64 == c.len => {
-                        if params.verify {
-                            let vb = depth + s;
-                            if let Err(e) =
-                                backend.submit(fd, vb, Op::Read, c.offset, c.len as usize)
-                            {
-                                res.error = Some(ExecError::Io {
-                                    op: "submitting a verify read",
-                                    source: e,
-                                });
-                                fatal = true;
-                                slots[s] = Slot::Free;
-                            } else {
-                                slots[s] = Slot::Verifying {
-                                    chunk: ci,
-                                    hash,
-                                    retried,
-                                };
-                            }
-                        } else {
-                            finish_chunk(&mut done, ci, c.len, &mut res, progress);
-                            slots[s] = Slot::Free;
-                        }
-                    }
-                    Ok(n) => {
-                        res.error = Some(ExecError::Write {
-                            offset: c.offset,
-                            len: c.len,
-                            source: io::Error::other(format!("short write of {n} bytes")),
-                        });
-                        fatal = true;
-                        slots[s] = Slot::Free;
-                    }
-                    Err(e) => {
-                        res.error = Some(ExecError::Write {
-                            offset: c.offset,
-                            len: c.len,
-                            source: e,
-                        });
-                        fatal = true;
-                        slots[s] = Slot::Free;
-                    }
+                let now = Instant::now();
+                let ch = self.chunks[chunk];
+                self.window.finished(ch.len, now);
+                if watch.lease_deadline().is_some_and(|d| now > d) {
+                    self.res.exposed.push(ch.offset..ch.end());
                 }
+                self.write_done(s, chunk, hash, retried, c.result, progress);
             }
             (
                 Slot::Verifying {
-                    chunk: ci,
+                    chunk,
                     hash,
                     retried,
                 },
                 Op::Read,
-            ) => {
-                let c = chunks[ci];
-                let vb = depth + s;
-                let same = matches!(completion.result, Ok(n) if n as u64 == c.len)
-                    && xxh3_64(&backend.pool().get(vb)[..c.len as usize]) == hash;
-                if same {
-                    finish_chunk(&mut done, ci, c.len, &mut res, progress);
-                    slots[s] = Slot::Free;
-                } else if !retried && stopping.is_none() && !fatal {
-                    // The original bytes are still in the data buffer: write
-                    // them once more.
-                    tracing::warn!(
-                        offset = c.offset,
-                        len = c.len,
-                        "verify mismatch; rewriting once"
-                    );
-                    if let Err(e) = backend.submit(fd, s, Op::Write, c.offset, c.len as usize) {
-                        res.error = Some(ExecError::Io {
-                            op: "submitting a write",
-                            source: e,
-                        });
-                        fatal = true;
-                        slots[s] = Slot::Free;
-                    } else {
-                        slots[s] = Slot::Writing {
+            ) => self.verify_done(s, chunk, hash, retried, c.result, progress),
+            (state, op) => {
+                tracing::error!(
+                    ?state,
+                    ?op,
+                    buf = c.buf,
+                    "completion does not match its buffer"
+                );
+                self.fail(internal("completion does not match its buffer"));
+            }
+        }
+    }
+
+    fn read_done(&mut self, s: usize, ci: usize, result: io::Result<usize>) {
+        let c = self.chunks[ci];
+        let ok = matches!(result, Ok(n) if n as u64 == c.len);
+        if !ok && !self.params.unsafe_write_failed_reads {
+            // Never written: narrowed after the pass.
+            self.bad.push(ci);
+            self.done[ci] = true;
+            self.slots[s] = Slot::Free;
+        } else if !self.running() {
+            self.slots[s] = Slot::Free;
+        } else {
+            let hash = if self.params.verify {
+                xxh3_64(&self.io.pool().get(s)[..c.len as usize])
+            } else {
+                0
+            };
+            self.slots[s] = Slot::Held(ci, hash);
+            self.held.push_back(s);
+        }
+    }
+
+    fn write_done(
+        &mut self,
+        s: usize,
+        ci: usize,
+        hash: u64,
+        retried: bool,
+        result: io::Result<usize>,
+        progress: &mut dyn FnMut(u64),
+    ) {
+        let c = self.chunks[ci];
+        self.slots[s] = Slot::Free;
+        match result {
+            Ok(n) if n as u64 == c.len => {
+                if !self.params.verify {
+                    self.finish_chunk(ci, progress);
+                    return;
+                }
+                let vb = self.depth + s;
+                match self.io.submit(vb, Op::Read, c.offset, c.len as usize) {
+                    Ok(()) => {
+                        self.slots[s] = Slot::Verifying {
                             chunk: ci,
                             hash,
-                            retried: true,
-                        };
+                            retried,
+                        }
                     }
-                } else {
-                    res.error = Some(ExecError::Verify {
-                        offset: c.offset,
-                        len: c.len,
-                    });
-                    fatal = true;
-                    slots[s] = Slot::Free;
+                    Err(e) => self.fail(ExecError::Io {
+                        op: "submitting a verify read",
+                        source: e,
+                    }),
                 }
             }
-            (state, op) => unreachable!("completion {op:?} for buffer in state {state:?}"),
+            Ok(n) => self.fail(ExecError::Write {
+                offset: c.offset,
+                len: c.len,
+                source: io::Error::other(format!("short write of {n} bytes")),
+            }),
+            Err(e) => self.fail(ExecError::Write {
+                offset: c.offset,
+                len: c.len,
+                source: e,
+            }),
         }
     }
 
-    if stopping.is_none() && !fatal {
-        for ci in bad {
-            let c = chunks[ci];
-            if let Err(why) = narrow(
-                backend,
-                fd,
-                c.offset..c.end(),
-                throttle,
-                watch,
-                params,
-                &mut res,
-                progress,
-            ) {
-                stopping = Some(why);
-                break;
+    fn verify_done(
+        &mut self,
+        s: usize,
+        ci: usize,
+        hash: u64,
+        retried: bool,
+        result: io::Result<usize>,
+        progress: &mut dyn FnMut(u64),
+    ) {
+        let c = self.chunks[ci];
+        let vb = self.depth + s;
+        let same = matches!(result, Ok(n) if n as u64 == c.len)
+            && xxh3_64(&self.io.pool().get(vb)[..c.len as usize]) == hash;
+        self.slots[s] = Slot::Free;
+        if same {
+            self.finish_chunk(ci, progress);
+        } else if !retried && self.running() {
+            // The original bytes are still in the data buffer: write them
+            // once more.
+            tracing::warn!(
+                offset = c.offset,
+                len = c.len,
+                "verify mismatch; rewriting once"
+            );
+            match self.io.submit(s, Op::Write, c.offset, c.len as usize) {
+                Ok(()) => {
+                    self.window.started(c.len, Instant::now());
+                    self.slots[s] = Slot::Writing {
+                        chunk: ci,
+                        hash,
+                        retried: true,
+                    };
+                }
+                Err(e) => self.fail(ExecError::Io {
+                    op: "submitting a write",
+                    source: e,
+                }),
+            }
+        } else {
+            self.fail(ExecError::Verify {
+                offset: c.offset,
+                len: c.len,
+            });
+        }
+    }
+
+    fn finish_chunk(&mut self, ci: usize, progress: &mut dyn FnMut(u64)) {
+        let len = self.chunks[ci].len;
+        self.done[ci] = true;
+        self.res.written += len;
+        progress(len);
+    }
+
+    /// Failed chunks, narrowed (only when the run went through).
+    fn narrow_bad(
+        &mut self,
+        throttle: &mut Throttle,
+        watch: &mut dyn Watch,
+        progress: &mut dyn FnMut(u64),
+    ) {
+        let bad = std::mem::take(&mut self.bad);
+        for (i, &ci) in bad.iter().enumerate() {
+            let c = self.chunks[ci];
+            if !self.running() || self.io.in_flight() > 0 {
+                for &cj in &bad[i..] {
+                    let c = self.chunks[cj];
+                    self.res
+                        .bad_ranges
+                        .push((c.offset..c.end(), io::ErrorKind::Other, None));
+                }
+                return;
+            }
+            let mut n = Narrow {
+                io: &mut *self.io,
+                throttle: &mut *throttle,
+                watch: &mut *watch,
+                align: self.params.align,
+                res: &mut self.res,
+                progress: &mut *progress,
+            };
+            if let Err(why) = n.range(c.offset..c.end()) {
+                self.stopping = Some(why);
+            }
+            if self.res.error.is_some() {
+                self.fatal = true;
             }
         }
-    } else {
-        for ci in bad {
-            let c = chunks[ci];
-            res.bad_ranges
-                .push((c.offset..c.end(), io::ErrorKind::Other, None));
+    }
+
+    fn finish(mut self) -> ExecResult {
+        self.res.bad_ranges.sort_by_key(|(r, _, _)| r.start);
+        merge_bad(&mut self.res.bad_ranges);
+        if let Some(why) = self.stopping.take() {
+            let first_open = self
+                .done
+                .iter()
+                .position(|d| !d)
+                .unwrap_or(self.chunks.len());
+            self.res.resume_offset = Some(
+                self.chunks
+                    .get(first_open)
+                    .map_or_else(|| self.chunks.last().map_or(0, Chunk::end), |c| c.offset),
+            );
+            self.res.stop = Some(why);
         }
+        self.res
     }
-    res.bad_ranges.sort_by_key(|(r, _, _)| r.start);
-    merge_bad(&mut res.bad_ranges);
-    if let Some(why) = stopping {
-        let first_open = done.iter().position(|d| !d).unwrap_or(chunks.len());
-        res.resume_offset = Some(
-            chunks
-                .get(first_open)
-                .map_or_else(|| chunks.last().map_or(0, Chunk::end), |c| c.offset),
-        );
-        res.stop = Some(why);
-    }
-    res
 }
 
-fn finish_chunk(
-    done: &mut [bool],
-    ci: usize,
-    len: u64,
-    res: &mut ExecResult,
-    progress: &mut dyn FnMut(u64),
-) {
-    done[ci] = true;
-    res.written += len;
-    progress(len);
+fn internal(what: &str) -> ExecError {
+    ExecError::Io {
+        op: "internal error",
+        source: io::Error::other(what.to_string()),
+    }
 }
 
-/// Reads `range` in halves until each failing piece is one alignment unit;
+/// Reads a range in halves until each failing piece is one alignment unit;
 /// readable pieces are written back, failing ones recorded and left alone.
-#[allow(clippy::too_many_arguments)]
-fn narrow(
-    backend: &mut dyn IoBackend,
-    fd: RawFd,
-    range: Range<u64>,
-    throttle: &mut Throttle,
-    watch: &mut dyn Watch,
-    params: ExecParams,
-    res: &mut ExecResult,
-    progress: &mut dyn FnMut(u64),
-) -> Result<(), StopReason> {
-    let mut work = vec![range];
-    while let Some(r) = work.pop() {
-        if let Some(why) = watch.should_stop() {
-            return Err(why);
-        }
-        let len = r.end - r.start;
-        let read = sync_io(backend, fd, Op::Read, r.start, len);
-        match read {
-            Ok(n) if n as u64 == len => {
-                watch.space_for(len)?;
-                throttle.take_watching(len, watch)?;
-                match sync_io(backend, fd, Op::Write, r.start, len) {
-                    Ok(n) if n as u64 == len => {
-                        res.written += len;
-                        progress(len);
-                    }
-                    Ok(n) => {
-                        res.error = Some(ExecError::Write {
-                            offset: r.start,
-                            len,
-                            source: io::Error::other(format!("short write of {n} bytes")),
-                        });
-                        return Ok(());
-                    }
-                    Err(e) => {
-                        res.error = Some(ExecError::Write {
-                            offset: r.start,
-                            len,
-                            source: e,
-                        });
+struct Narrow<'a, 'f> {
+    io: &'a mut FileIo<'f>,
+    throttle: &'a mut Throttle,
+    watch: &'a mut dyn Watch,
+    align: u64,
+    res: &'a mut ExecResult,
+    progress: &'a mut dyn FnMut(u64),
+}
+
+impl Narrow<'_, '_> {
+    fn range(&mut self, range: Range<u64>) -> Result<(), StopReason> {
+        let align = self.align;
+        let mut work = vec![range];
+        while let Some(r) = work.pop() {
+            if let Some(why) = self.watch.should_stop() {
+                return Err(why);
+            }
+            let len = r.end - r.start;
+            match self.io.sync(0, Op::Read, r.start, len as usize) {
+                Ok(n) if n as u64 == len => {
+                    self.watch.space_for(len)?;
+                    self.throttle.take_watching(len, self.watch)?;
+                    if !self.write(r.start, len) {
                         return Ok(());
                     }
                 }
-            }
-            other => {
-                if len <= params.align {
+                other if len <= align => {
                     let (kind, errno) = match &other {
                         Err(e) => (e.kind(), e.raw_os_error()),
                         Ok(_) => (io::ErrorKind::UnexpectedEof, None),
                     };
                     tracing::warn!(offset = r.start, len, error = ?other, "unreadable range left alone");
-                    res.bad_ranges.push((r, kind, errno));
-                } else {
-                    let mid = r.start + (len / 2).div_ceil(params.align) * params.align;
-                    let mid = mid.min(r.end - params.align).max(r.start + params.align);
+                    self.res.bad_ranges.push((r, kind, errno));
+                }
+                _ => {
+                    let mid = r.start + (len / 2).div_ceil(align) * align;
+                    let mid = mid.min(r.end - align).max(r.start + align);
                     // Pop order: low half first.
                     work.push(mid..r.end);
                     work.push(r.start..mid);
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
-}
 
-/// One request through the backend's buffer 0, waited for.
-fn sync_io(
-    backend: &mut dyn IoBackend,
-    fd: RawFd,
-    op: Op,
-    offset: u64,
-    len: u64,
-) -> io::Result<usize> {
-    backend.submit(fd, 0, op, offset, len as usize)?;
-    loop {
-        if let Some(c) = backend.wait(POLL)? {
-            return c.result;
+    /// Writes back one readable piece; false on a write error (recorded).
+    fn write(&mut self, offset: u64, len: u64) -> bool {
+        let result = self.io.sync(0, Op::Write, offset, len as usize);
+        if self
+            .watch
+            .lease_deadline()
+            .is_some_and(|d| Instant::now() > d)
+        {
+            self.res.exposed.push(offset..offset + len);
         }
+        let source = match result {
+            Ok(n) if n as u64 == len => {
+                self.res.written += len;
+                (self.progress)(len);
+                return true;
+            }
+            Ok(n) => io::Error::other(format!("short write of {n} bytes")),
+            Err(e) => e,
+        };
+        self.res.error = Some(ExecError::Write {
+            offset,
+            len,
+            source,
+        });
+        false
     }
 }
 

@@ -70,6 +70,10 @@ pub struct FileMeta {
     pub dio_offset_align: Option<u32>,
     pub immutable: Option<bool>,
     pub append: Option<bool>,
+    /// fs-verity: the kernel refuses writes and relocation.
+    pub verity: Option<bool>,
+    /// fscrypt: relocation would move ciphertext the kernel cannot check.
+    pub encrypted: Option<bool>,
 }
 
 impl FileMeta {
@@ -113,6 +117,8 @@ pub fn meta(fd: BorrowedFd<'_>) -> io::Result<FileMeta> {
         dio_offset_align: dio,
         immutable: attr(StatxAttributes::IMMUTABLE),
         append: attr(StatxAttributes::APPEND),
+        verity: attr(StatxAttributes::VERITY),
+        encrypted: attr(StatxAttributes::ENCRYPTED),
     })
 }
 
@@ -131,10 +137,14 @@ pub struct Opened {
     pub meta: FileMeta,
     pub fs: FsKind,
     pub leased: bool,
+    /// When the lease was granted (the lease clock starts here).
+    pub lease_taken_at: std::time::Instant,
 }
 
 impl Opened {
-    pub fn release(&self) -> io::Result<()> {
+    /// Lets the lease go and closes the file. Consumes `self`: nothing that
+    /// borrows the fd (an I/O handle with requests in flight) can outlive it.
+    pub fn release(self) -> io::Result<()> {
         if self.leased {
             sys::release_lease(self.fd.as_fd())?;
         }
@@ -232,6 +242,21 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
             "append-only (chattr +a)".into(),
         ));
     }
+    if m.verity == Some(true) {
+        return Err(Refusal::Skip(
+            SkipReason::Verity,
+            "an fs-verity file: the kernel refuses to change its data; it cannot age-refresh"
+                .into(),
+        ));
+    }
+    if m.encrypted == Some(true) {
+        return Err(Refusal::Skip(
+            SkipReason::Encrypted,
+            "an fscrypt-encrypted file: relocation cannot move its data and in-place \
+             rewrites need its key; refresh it by copying it while unlocked"
+                .into(),
+        ));
+    }
     if sys::is_swapfile(m.dev, m.ino) {
         return Err(Refusal::Skip(
             SkipReason::Swapfile,
@@ -303,6 +328,7 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
             }
         }
     }
+    let lease_taken_at = std::time::Instant::now();
     let leased = if take_lease {
         match sys::take_write_lease(fd.as_fd()) {
             Ok(()) => true,
@@ -344,5 +370,6 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
         meta: meta_now,
         fs,
         leased,
+        lease_taken_at,
     })
 }

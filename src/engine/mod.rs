@@ -7,13 +7,20 @@
 
 pub mod backend;
 pub mod buffers;
+pub mod driver;
 pub mod exec;
+#[cfg(test)]
+mod fault_tests;
+pub mod fileio;
 pub mod guard;
 pub mod inplace;
+pub mod lease;
 pub mod plan;
 pub mod relocate;
 pub mod report;
 pub mod sys;
+#[cfg(test)]
+pub(crate) mod testdev;
 pub mod throttle;
 
 use std::sync::atomic::AtomicBool;
@@ -23,8 +30,6 @@ use std::thread::JoinHandle;
 pub use backend::{BackendChoice, BackendKind};
 pub use guard::Target;
 pub use report::{FileReport, Outcome, SkipReason};
-
-use buffers::BufferPool;
 
 /// Default chunk: large enough for full device bandwidth, small enough to
 /// stop quickly on a lease break.
@@ -49,6 +54,8 @@ pub struct UnsafeSwitches {
     pub no_space_check: bool,
     /// Write buffers whose read failed.
     pub write_failed_reads: bool,
+    /// No bound on the bytes of writes in flight under a lease.
+    pub unbounded_writes: bool,
 }
 
 /// How an engine refreshes files.
@@ -145,13 +152,8 @@ impl Engine {
             )));
         }
         sys::ignore_sigio();
-        let buffers = cfg.depth * if cfg.verify { 2 } else { 1 };
-        let chunk = usize::try_from(cfg.chunk)
-            .map_err(|_| EngineError::Config("chunk too large".into()))?;
-        let pool = BufferPool::new(buffers, chunk);
-        let (backend, fallback) =
-            backend::open_backend(cfg.backend, pool).map_err(EngineError::Backend)?;
-        let kind = backend.kind();
+        let (mut io, fallback) = driver::IoThread::new(&cfg)?;
+        let kind = io.kind();
         if let Some(why) = &fallback {
             tracing::warn!("{why}");
         }
@@ -159,15 +161,8 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name("refreshd-io".into())
             .spawn(move || {
-                let mut ctx = inplace::Ctx::new(backend, &cfg);
                 for mut job in rx {
-                    let report = inplace::refresh_file(
-                        &mut ctx,
-                        &job.target,
-                        &cfg,
-                        job.skip,
-                        job.progress.as_mut(),
-                    );
+                    let report = io.refresh(&job.target, &cfg, job.skip, job.progress.as_mut());
                     let _ = job.reply.send(report);
                 }
             })

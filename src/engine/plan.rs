@@ -110,6 +110,46 @@ pub fn data_layout(
     Ok((seek, extents))
 }
 
+/// The plan for an open file (its layout read now), or why not.
+pub fn for_file(fd: BorrowedFd<'_>, params: &PlanParams) -> Result<Plan, String> {
+    let (seek, extents) = data_layout(fd, params.size)?;
+    Ok(plan(params, &seek, &extents))
+}
+
+/// Why an empty plan leaves the file alone.
+pub fn nothing_planned(p: &Plan, size: u64) -> super::report::Outcome {
+    use super::report::{Outcome, SkipReason};
+    let e = p.excluded;
+    let detail = if size == 0 {
+        "empty file".to_string()
+    } else if e.shared > 0 && e.total() == e.shared {
+        return Outcome::Skipped {
+            reason: SkipReason::Shared,
+            detail: "all data is in shared (reflinked or snapshotted) extents".into(),
+        };
+    } else if e.total() == 0 {
+        "only holes".to_string()
+    } else {
+        let mut kinds = vec![];
+        for (n, what) in [
+            (e.unwritten, "preallocated but unwritten"),
+            (e.inline, "inline in metadata"),
+            (e.encoded, "compressed"),
+            (e.shared, "shared"),
+            (e.delalloc, "not yet allocated"),
+        ] {
+            if n > 0 {
+                kinds.push(what);
+            }
+        }
+        format!("all data is {}", kinds.join(" or "))
+    };
+    Outcome::Skipped {
+        reason: SkipReason::NoData,
+        detail,
+    }
+}
+
 /// Data ranges per `SEEK_DATA`/`SEEK_HOLE`, clamped to `size`.
 pub fn seek_data_ranges(fd: BorrowedFd<'_>, size: u64) -> io::Result<Vec<Range<u64>>> {
     use rustix::fs::{seek, SeekFrom};

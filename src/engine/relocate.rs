@@ -28,21 +28,96 @@ use std::io;
 use std::num::NonZeroU64;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use rustix::fs::{fcntl_getfl, fcntl_setfl, Advice, FallocateFlags, Mode, OFlags};
 
-use super::backend::{IoBackend, Op};
-use super::exec::{StopReason, Watch};
-use super::guard::{Opened, Target};
-use super::inplace::{read_exact_at, write_all_at};
+use super::backend::Op;
+use super::driver::{Done, FileJob};
+use super::fileio::FileIo;
 use super::plan::{self, Chunk, PlanParams};
-use super::report::{FileReport, Outcome, ReadError, SkipReason};
-use super::sys::{self, Dedupe, FsKind};
-use super::EngineConfig;
+use super::report::{Outcome, ReadError, SkipReason};
+use super::sys::{self, read_exact_at, write_all_at, Dedupe, FsKind};
+use super::throttle::{StopReason, Watch};
 
 /// Default largest relocation unit.
 pub const DEFAULT_RELOCATE_CHUNK: u64 = 64 << 20;
 const PIECE: usize = 1 << 20;
+/// With a rate, a unit is at most this long a share of it, so that an
+/// application's I/O never waits long behind one swap.
+pub const UNIT_SECONDS: f64 = 0.5;
+
+/// The relocation unit: `relocate_chunk`, or half a second of the rate if
+/// that is smaller, in whole blocks.
+pub fn unit_len(relocate_chunk: u64, rate: Option<u64>, block: u64) -> u64 {
+    let cap = rate.map_or(relocate_chunk, |r| {
+        ((r as f64 * UNIT_SECONDS) as u64).min(relocate_chunk)
+    });
+    (cap / block * block).max(block)
+}
+
+/// Reads `c` in pieces of one buffer with every buffer of `io` in flight,
+/// handing each piece read whole to `sink` (offset, bytes). Returns the
+/// pieces that failed to read. On an error (a submit, a wait, or the
+/// sink's: ENOSPC, EDQUOT) it stops submitting and reaps everything still
+/// in flight before it returns: no read of this chunk outlives the call.
+pub fn read_pieces(
+    io: &mut FileIo<'_>,
+    c: Chunk,
+    sink: &mut dyn FnMut(u64, &[u8]) -> io::Result<()>,
+) -> io::Result<Vec<(u64, usize)>> {
+    let piece = io.pool().buf_len() as u64;
+    let mut free: Vec<usize> = (0..io.pool().count()).collect();
+    let mut at: Vec<(u64, usize)> = vec![(0, 0); free.len()];
+    let mut next = c.offset;
+    let mut failed = vec![];
+    let mut error: Option<io::Error> = None;
+    loop {
+        while error.is_none() && next < c.end() {
+            let Some(b) = free.pop() else { break };
+            let n = (c.end() - next).min(piece) as usize;
+            if let Err(e) = io.submit(b, Op::Read, next, n) {
+                free.push(b);
+                error = Some(e);
+                break;
+            }
+            at[b] = (next, n);
+            next += n as u64;
+        }
+        if io.in_flight() == 0 {
+            break;
+        }
+        let done = match io.wait(Duration::from_secs(1)) {
+            Ok(Some(d)) => d,
+            Ok(None) => continue,
+            Err(e) => {
+                // The handle drains (or poisons the ring) on its own.
+                let _ = io.drain();
+                return Err(error.unwrap_or(e));
+            }
+        };
+        let Some(&(off, n)) = at.get(done.buf) else {
+            error.get_or_insert_with(|| io::Error::other("completion for an unknown buffer"));
+            continue;
+        };
+        free.push(done.buf);
+        match done.result {
+            Ok(got) if got == n => {
+                if error.is_none() {
+                    if let Err(e) = sink(off, &io.pool().get(done.buf)[..n]) {
+                        error = Some(e);
+                    }
+                }
+            }
+            _ => failed.push((off, n)),
+        }
+    }
+    if let Some(e) = error {
+        return Err(e);
+    }
+    failed.sort_unstable();
+    Ok(failed)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Method {
@@ -101,55 +176,33 @@ enum ChunkResult {
     Stop(Outcome),
 }
 
-struct Relocator<'a> {
+struct Relocator<'a, 'f> {
     orig: BorrowedFd<'a>,
     temp: OwnedFd,
     method: Method,
     block: u64,
     buf: Vec<u8>,
-    io: &'a mut dyn IoBackend,
+    io: &'a mut FileIo<'f>,
+    /// Bytes moved in this file so far (for a refusal's report).
+    moved: u64,
 }
 
-impl Relocator<'_> {
+impl Relocator<'_, '_> {
     /// Reads `c` through the page cache with the engine's ring, all its
     /// buffers in flight (a drive with parallel channels serves them in
     /// parallel; the kernel's page-by-page MOVE_EXT would read one block at
     /// a time). With `to_temp`, each piece is also written to the temp
     /// file. Returns the pieces that failed to read.
     fn read_chunk(&mut self, c: Chunk, to_temp: bool) -> io::Result<Vec<(u64, usize)>> {
-        let piece = self.io.pool().buf_len() as u64;
-        let mut free: Vec<usize> = (0..self.io.pool().count()).collect();
-        let mut at: Vec<(u64, usize)> = vec![(0, 0); free.len()];
-        let mut next = c.offset;
-        let mut failed = vec![];
-        let raw = std::os::fd::AsRawFd::as_raw_fd(&self.orig);
-        loop {
-            while next < c.end() {
-                let Some(b) = free.pop() else { break };
-                let n = (c.end() - next).min(piece) as usize;
-                self.io.submit(raw, b, Op::Read, next, n)?;
-                at[b] = (next, n);
-                next += n as u64;
+        let temp = self.temp.as_fd();
+        let mut sink = |off: u64, bytes: &[u8]| {
+            if to_temp {
+                write_all_at(temp, bytes, off)
+            } else {
+                Ok(())
             }
-            if self.io.in_flight() == 0 {
-                break;
-            }
-            let Some(done) = self.io.wait(std::time::Duration::from_secs(60))? else {
-                continue;
-            };
-            let (off, n) = at[done.buf];
-            match done.result {
-                Ok(got) if got == n => {
-                    if to_temp {
-                        write_all_at(self.temp.as_fd(), &self.io.pool().get(done.buf)[..n], off)?;
-                    }
-                }
-                _ => failed.push((off, n)),
-            }
-            free.push(done.buf);
-        }
-        failed.sort_unstable();
-        Ok(failed)
+        };
+        read_pieces(self.io, c, &mut sink)
     }
 
     /// Re-reads failed pieces block by block: good blocks go to the temp
@@ -178,15 +231,15 @@ impl Relocator<'_> {
         Ok(bad)
     }
 
-    fn chunk(&mut self, c: Chunk, first: bool) -> ChunkResult {
+    fn chunk(&mut self, c: Chunk) -> ChunkResult {
         let before = sys::resident_pages(self.orig, c.offset, c.len).unwrap_or_default();
         let r = match self.method {
-            Method::MoveExt => self.move_ext(c, first),
+            Method::MoveExt => self.move_ext(c),
             Method::Dedupe => {
-                let mut r = self.dedupe(c, first);
+                let mut r = self.dedupe(c);
                 if matches!(r, ChunkResult::Changed) {
                     // Once more, with the bytes as they are now.
-                    r = self.dedupe(c, first);
+                    r = self.dedupe(c);
                 }
                 r
             }
@@ -210,32 +263,38 @@ impl Relocator<'_> {
         r
     }
 
-    fn unavailable(&self, what: &str, e: io::Error) -> ChunkResult {
+    /// The kernel said no: a skip naming its answer and what to do.
+    fn refused(&self, what: &str, e: &io::Error) -> ChunkResult {
+        let advice = match e.raw_os_error() {
+            Some(libc::EBUSY) => "the file's pages stay busy (writeback, pinned mappings); try again later, or refresh it in place when it is not in use",
+            Some(libc::EPERM) => "the file is protected (fs-verity, immutable, swap or a DAX mapping); it cannot be relocated",
+            Some(libc::EOPNOTSUPP | libc::ENOTTY) => "the filesystem does not support it here (data=journal, encryption, inline data, no reflink); refresh it in place when it is not in use",
+            _ => "refresh it in place when it is not in use",
+        };
+        let moved = if self.moved > 0 {
+            format!("; {} bytes were relocated before", self.moved)
+        } else {
+            String::new()
+        };
         ChunkResult::Stop(Outcome::Skipped {
-            reason: SkipReason::StrategyUnavailable,
-            detail: format!("{what} is not supported for this file: {e}"),
+            reason: SkipReason::KernelRefused,
+            detail: format!("{what} refused: {e}: {advice}{moved}"),
         })
     }
 
-    fn move_ext(&mut self, c: Chunk, first: bool) -> ChunkResult {
+    fn move_ext(&mut self, c: Chunk) -> ChunkResult {
         // Bring the chunk into the page cache first, in parallel; an
         // unreadable block is reported and its chunk left where it is.
         let failed = match self.read_chunk(c, false) {
             Ok(f) => f,
-            Err(e) => {
-                return ChunkResult::Stop(Outcome::Failed {
-                    reason: format!("reading at offset {}: {e}", c.offset),
-                })
-            }
+            Err(e) => return fail(format!("reading at offset {}: {e}", c.offset)),
         };
         if !failed.is_empty() {
             return match self.narrow(&failed, false) {
                 Ok(bad) if !bad.is_empty() => ChunkResult::ReadErrors(bad),
                 // Readable on the second try: leave it for the next run.
                 Ok(_) => ChunkResult::Changed,
-                Err(e) => ChunkResult::Stop(Outcome::Failed {
-                    reason: format!("reading at offset {}: {e}", c.offset),
-                }),
+                Err(e) => fail(format!("reading at offset {}: {e}", c.offset)),
             };
         }
         let b0 = c.offset / self.block;
@@ -246,26 +305,29 @@ impl Relocator<'_> {
             b0 * self.block,
             blocks * self.block,
         ) {
-            return ChunkResult::Stop(Outcome::Interrupted {
-                offset: c.offset,
-                reason: format!("allocating the donor blocks: {}", io::Error::from(e)),
-            });
+            return fail(format!(
+                "allocating {} bytes of donor blocks: {}",
+                blocks * self.block,
+                io::Error::from(e)
+            ));
         }
         let mut moved = 0;
         let mut busy = 0;
+        // After repeated EBUSY, one block per call: a smaller unit.
+        let mut step = blocks;
         while moved < blocks {
-            match sys::move_extents(self.orig, self.temp.as_fd(), b0 + moved, blocks - moved) {
-                Ok(0) => {
-                    return ChunkResult::Stop(Outcome::Failed {
-                        reason: format!("MOVE_EXT made no progress at offset {}", c.offset),
-                    })
-                }
+            let n = step.min(blocks - moved);
+            match sys::move_extents(self.orig, self.temp.as_fd(), b0 + moved, n) {
+                Ok(0) => return fail(format!("MOVE_EXT made no progress at offset {}", c.offset)),
                 Ok(n) => moved += n,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && busy < 20 => {
-                    // Pages under writeback: wait for it.
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && busy < 40 => {
+                    // Pages under writeback: wait for it, then smaller units.
                     busy += 1;
+                    if busy == 20 {
+                        step = 1;
+                    }
                     let _ = rustix::fs::fdatasync(self.orig);
-                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    std::thread::sleep(Duration::from_millis(10));
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EIO) => {
                     let off = (b0 + moved) * self.block;
@@ -278,28 +340,22 @@ impl Relocator<'_> {
                 Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {
                     return ChunkResult::Changed; // truncated meanwhile
                 }
-                Err(e)
-                    if first
-                        && moved == 0
-                        && matches!(
-                            e.raw_os_error(),
-                            Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOTTY | libc::EPERM)
-                        ) =>
-                {
-                    return self.unavailable("EXT4_IOC_MOVE_EXT", e)
+                Err(e) if is_space(&e) => {
+                    return fail(format!(
+                        "MOVE_EXT at offset {}: {e}",
+                        (b0 + moved) * self.block
+                    ))
                 }
                 Err(e) => {
-                    return ChunkResult::Stop(Outcome::Failed {
-                        reason: format!("MOVE_EXT at offset {}: {e}", (b0 + moved) * self.block),
-                    })
+                    self.moved += moved * self.block;
+                    return self.refused("EXT4_IOC_MOVE_EXT", &e);
                 }
             }
         }
+        self.moved += c.len;
         // The kernel copied through the page cache: make it durable.
         if let Err(e) = rustix::fs::fdatasync(self.orig) {
-            return ChunkResult::Stop(Outcome::Failed {
-                reason: format!("fdatasync: {}", io::Error::from(e)),
-            });
+            return fail(format!("fdatasync: {}", io::Error::from(e)));
         }
         ChunkResult::Moved
     }
@@ -311,54 +367,55 @@ impl Relocator<'_> {
         self.narrow(&failed, true)
     }
 
-    fn dedupe(&mut self, c: Chunk, first: bool) -> ChunkResult {
+    fn dedupe(&mut self, c: Chunk) -> ChunkResult {
         match self.copy(c) {
             Ok(bad) if !bad.is_empty() => return ChunkResult::ReadErrors(bad),
             Ok(_) => {}
             Err(e) => {
-                return ChunkResult::Stop(Outcome::Interrupted {
-                    offset: c.offset,
-                    reason: format!("writing the temporary copy: {e}"),
-                })
+                return fail(format!(
+                    "writing the temporary copy at offset {}: {e}",
+                    c.offset
+                ))
             }
         }
         if let Err(e) = rustix::fs::fdatasync(&self.temp) {
-            return ChunkResult::Stop(Outcome::Interrupted {
-                offset: c.offset,
-                reason: format!("fdatasync of the temporary copy: {}", io::Error::from(e)),
-            });
+            return fail(format!(
+                "fdatasync of the temporary copy: {}",
+                io::Error::from(e)
+            ));
         }
         let mut pos = c.offset;
         while pos < c.end() {
             match sys::dedupe(self.temp.as_fd(), self.orig, pos, c.end() - pos) {
                 Ok(Dedupe::Same(0)) => {
-                    return ChunkResult::Stop(Outcome::Failed {
-                        reason: format!("FIDEDUPERANGE made no progress at offset {pos}"),
-                    })
+                    return fail(format!("FIDEDUPERANGE made no progress at offset {pos}"))
                 }
-                Ok(Dedupe::Same(n)) => pos += n,
+                Ok(Dedupe::Same(n)) => {
+                    pos += n;
+                    self.moved += n;
+                }
                 Ok(Dedupe::Differs) => return ChunkResult::Changed,
-                Err(e)
-                    if first
-                        && pos == c.offset
-                        && matches!(
-                            e.raw_os_error(),
-                            Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EPERM | libc::EXDEV)
-                        ) =>
-                {
-                    return self.unavailable("FIDEDUPERANGE (reflink)", e)
-                }
                 // The file was truncated or its EOF moved under us.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return ChunkResult::Changed,
-                Err(e) => {
-                    return ChunkResult::Stop(Outcome::Failed {
-                        reason: format!("FIDEDUPERANGE at offset {pos}: {e}"),
-                    })
+                Err(e) if is_space(&e) => {
+                    return fail(format!("FIDEDUPERANGE at offset {pos}: {e}"))
                 }
+                Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+                    return fail(format!("FIDEDUPERANGE at offset {pos}: {e}"))
+                }
+                Err(e) => return self.refused("FIDEDUPERANGE (reflink)", &e),
             }
         }
         ChunkResult::Moved
     }
+}
+
+fn fail(reason: String) -> ChunkResult {
+    ChunkResult::Stop(Outcome::Failed { reason })
+}
+
+fn is_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 /// Whether `fs` can relocate at all.
@@ -366,28 +423,22 @@ pub fn supported(fs: FsKind) -> bool {
     matches!(fs, FsKind::Ext4 | FsKind::Xfs | FsKind::Btrfs)
 }
 
-/// Relocates the planned data of `o` (open without a lease).
-pub fn run(
-    ctx: &mut super::inplace::Ctx,
-    t: &Target,
-    o: &Opened,
-    cfg: &EngineConfig,
-    skip: u64,
-    report: &mut FileReport,
-    progress: &mut dyn FnMut(u64),
-) -> Outcome {
-    report.strategy = "relocate";
+/// Relocates the planned data of the file (open without a lease).
+pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
+    job.report.strategy = "relocate";
+    Done::new(relocate(fio, job), false)
+}
+
+fn relocate(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Outcome {
+    let o = job.opened;
+    let cfg = job.cfg;
     let orig = o.fd.as_fd();
     let method = match o.fs {
         FsKind::Ext4 => Method::MoveExt,
         FsKind::Xfs | FsKind::Btrfs => Method::Dedupe,
     };
     let block = rustix::fs::fstatvfs(orig).map_or(4096, |s| s.f_bsize.max(512));
-    let (seek, extents) = match plan::data_layout(orig, o.meta.size) {
-        Ok(l) => l,
-        Err(reason) => return Outcome::Failed { reason },
-    };
-    let chunk = cfg.relocate_chunk.max(block) / block * block;
+    let chunk = unit_len(cfg.relocate_chunk.max(block), job.throttle.rate(), block);
     let params = PlanParams {
         size: o.meta.size,
         align: block,
@@ -396,11 +447,14 @@ pub fn run(
         unsafe_write_holes: false,
         unsafe_direct_tail: false,
     };
-    let p = plan::plan(&params, &seek, &extents);
-    report.excluded = p.excluded;
-    report.bytes_planned = p.bytes();
+    let p = match plan::for_file(orig, &params) {
+        Ok(p) => p,
+        Err(reason) => return Outcome::Failed { reason },
+    };
+    job.report.excluded = p.excluded;
+    job.report.bytes_planned = p.bytes();
     if p.chunks.is_empty() {
-        return super::inplace::nothing_planned(&p, o.meta.size);
+        return plan::nothing_planned(&p, o.meta.size);
     }
     if cfg.dry_run {
         return Outcome::WouldRefresh;
@@ -414,7 +468,7 @@ pub fn run(
             _ => units.push(c),
         }
     }
-    let mut skip = skip;
+    let mut skip = job.skip;
     plan::skip_done(&mut units, &mut skip);
     if let Some(u) = units.iter().find(|u| u.offset % block != 0) {
         return Outcome::Skipped {
@@ -423,7 +477,7 @@ pub fn run(
         };
     }
     let temp = match rustix::fs::openat(
-        t.dir.as_fd(),
+        job.target.dir.as_fd(),
         ".",
         OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
@@ -444,13 +498,13 @@ pub fn run(
             reason: format!("sizing the temporary file: {}", io::Error::from(e)),
         };
     }
-    // Buffered reads for the dedupe path (the kernel compares page-cache
-    // pages; reading them once is what keeps the slow media read once).
     // Both methods read through the page cache: O_DIRECT off for our file
     // description, and no readahead (FADV_RANDOM, also ours only): we read
     // exactly the chunk, in parallel, into small folios the kernel's
     // MOVE_EXT can use as they are (with readahead's large folios it read
-    // every block again, one at a time: 20x slower, measured).
+    // every block again, one at a time: 20x slower, measured). The dedupe
+    // path compares page-cache pages: reading them once keeps the slow
+    // media read once.
     let fl = fcntl_getfl(orig).unwrap_or(OFlags::empty());
     if let Err(e) = fcntl_setfl(orig, fl - OFlags::DIRECT) {
         return Outcome::Failed {
@@ -458,18 +512,28 @@ pub fn run(
         };
     }
     let _ = rustix::fs::fadvise(orig, 0, None, Advice::Random);
-    let watermark = cfg.min_free.unwrap_or_else(|| {
-        rustix::fs::fstatvfs(orig).map_or(0, |s| s.f_blocks.saturating_mul(s.f_frsize) / 20)
-    });
-    let mut r = Relocator {
+    let r = Relocator {
         orig,
         temp,
         method,
         block,
         buf: vec![0u8; PIECE],
-        io: ctx.backend.as_mut(),
+        io: fio,
+        moved: 0,
     };
-    let throttle = &mut ctx.throttle;
+    let outcome = relocate_units(r, &units, job);
+    let _ = fcntl_setfl(orig, fl);
+    let _ = rustix::fs::fadvise(orig, 0, None, Advice::Normal);
+    outcome
+}
+
+fn relocate_units(mut r: Relocator<'_, '_>, units: &[Chunk], job: &mut FileJob<'_, '_>) -> Outcome {
+    let o = job.opened;
+    let cfg = job.cfg;
+    let orig = r.orig;
+    let watermark = cfg.min_free.unwrap_or_else(|| {
+        rustix::fs::fstatvfs(orig).map_or(0, |s| s.f_blocks.saturating_mul(s.f_frsize) / 20)
+    });
     let mut watch = CancelWatch(&cfg.cancel);
     let mut outcome = None;
     let mut changed: Vec<(u64, u64)> = vec![];
@@ -507,39 +571,31 @@ pub fn run(
             });
             break;
         }
-        if let Err(why) = throttle.take_watching(u.len, &mut watch) {
+        if let Err(why) = job.throttle.take_watching(u.len, &mut watch) {
             outcome = Some(Outcome::Interrupted {
                 offset: u.offset,
                 reason: why.to_string(),
             });
             break;
         }
-        match r.chunk(*u, i == 0) {
+        let largest = job.report.largest_unit.get_or_insert(0);
+        *largest = (*largest).max(u.len);
+        match r.chunk(*u) {
             ChunkResult::Moved => {
-                report.bytes_refreshed += u.len;
-                progress(u.len);
+                job.report.bytes_refreshed += u.len;
+                (job.progress)(u.len);
             }
             ChunkResult::Changed => changed.push((u.offset, u.len)),
-            ChunkResult::ReadErrors(bad) => report.read_errors.extend(bad),
+            ChunkResult::ReadErrors(bad) => job.report.read_errors.extend(bad),
             ChunkResult::Stop(o) => {
                 outcome = Some(o);
                 break;
             }
         }
     }
-    let _ = fcntl_setfl(orig, fl);
-    let _ = rustix::fs::fadvise(orig, 0, None, Advice::Normal);
-    if let Err(e) = rustix::fs::fsync(orig) {
-        outcome.get_or_insert(Outcome::Failed {
-            reason: format!("fsync: {}", io::Error::from(e)),
-        });
-    }
-    report.changed_meanwhile = changed
+    job.report.changed_meanwhile = changed
         .into_iter()
         .map(|(offset, len)| super::report::Range { offset, len })
         .collect();
-    if let Some(o) = outcome {
-        return o;
-    }
-    report.done_outcome()
+    outcome.unwrap_or_else(|| job.report.done_outcome())
 }

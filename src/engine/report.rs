@@ -29,6 +29,12 @@ pub enum SkipReason {
     LowSpace,
     Vanished,
     StrategyUnavailable,
+    /// fs-verity: the kernel refuses any change of its data.
+    Verity,
+    /// fscrypt: not refreshed without its key.
+    Encrypted,
+    /// The kernel refused the relocation (MOVE_EXT, FIDEDUPERANGE).
+    KernelRefused,
 }
 
 impl SkipReason {
@@ -50,6 +56,9 @@ impl SkipReason {
             SkipReason::LowSpace => "low free space",
             SkipReason::Vanished => "vanished",
             SkipReason::StrategyUnavailable => "strategy unavailable",
+            SkipReason::Verity => "fs-verity",
+            SkipReason::Encrypted => "encrypted",
+            SkipReason::KernelRefused => "kernel refused",
         }
     }
 }
@@ -111,6 +120,13 @@ pub struct FileReport {
     /// they are (freshly written by that process).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changed_meanwhile: Vec<Range>,
+    /// Writes that completed after the kernel could have revoked the lease:
+    /// they may have overwritten another process's data there.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lease_exposed: Vec<Range>,
+    /// The largest unit relocated at once (bytes), relocation only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub largest_unit: Option<u64>,
     pub verified: bool,
     pub elapsed_s: f64,
     #[serde(skip)]
@@ -131,6 +147,8 @@ impl FileReport {
             excluded: Excluded::default(),
             read_errors: vec![],
             changed_meanwhile: vec![],
+            lease_exposed: vec![],
+            largest_unit: None,
             verified: false,
             elapsed_s: 0.0,
             dev_ino: None,

@@ -107,6 +107,31 @@ pub fn lease_state(fd: BorrowedFd<'_>) -> io::Result<LeaseState> {
     }
 }
 
+const IOPRIO_CLASS_SHIFT: u16 = 13;
+const IOPRIO_CLASS_BE: u16 = 2;
+const IOPRIO_CLASS_IDLE: u16 = 3;
+
+/// The I/O priority for the refresh's own writes under a lease: the
+/// thread's own (0), unless the thread runs in the idle class. Idle-class
+/// I/O can wait indefinitely behind other I/O, and a write that waits
+/// past the lease-break time could land after the kernel let another
+/// writer in; so writes then run best-effort at the lowest level (7).
+pub fn write_ioprio() -> u16 {
+    const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+    // SAFETY: ioprio_get takes two ints and touches no memory; 0 is the
+    // calling thread.
+    let rc = unsafe { libc::syscall(libc::SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0) };
+    write_ioprio_for(rc)
+}
+
+fn write_ioprio_for(current: libc::c_long) -> u16 {
+    if current >= 0 && (current as u16) >> IOPRIO_CLASS_SHIFT == IOPRIO_CLASS_IDLE {
+        (IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT) | 7
+    } else {
+        0
+    }
+}
+
 /// The kernel signals a lease break with SIGIO, whose default action kills
 /// the process. The engine polls `F_GETLEASE` instead, so SIGIO is ignored
 /// (only if nobody installed a handler for it).
@@ -418,4 +443,59 @@ pub fn inode_generation(fd: BorrowedFd<'_>) -> io::Result<u32> {
         return Err(io::Error::last_os_error());
     }
     Ok(gen as u32)
+}
+
+/// `pread` until `buf` is full (EINTR retried); EOF before that is an error.
+pub fn read_exact_at(fd: BorrowedFd<'_>, buf: &mut [u8], mut off: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match rustix::io::pread(fd, &mut buf[done..], off) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file shorter than planned",
+                ))
+            }
+            Ok(n) => {
+                done += n;
+                off += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// `pwrite` all of `buf` (EINTR retried).
+pub fn write_all_at(fd: BorrowedFd<'_>, buf: &[u8], mut off: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match rustix::io::pwrite(fd, &buf[done..], off) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0")),
+            Ok(n) => {
+                done += n;
+                off += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod ioprio_tests {
+    use super::*;
+
+    #[test]
+    fn idle_class_writes_are_raised_to_best_effort() {
+        assert_eq!(write_ioprio_for(0), 0, "default: the thread's own");
+        assert_eq!(write_ioprio_for(((IOPRIO_CLASS_BE << 13) | 4).into()), 0);
+        assert_eq!(
+            write_ioprio_for((IOPRIO_CLASS_IDLE << 13).into()),
+            (IOPRIO_CLASS_BE << 13) | 7
+        );
+        assert_eq!(write_ioprio_for(-1), 0, "an error leaves it alone");
+    }
 }

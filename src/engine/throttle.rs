@@ -2,7 +2,7 @@
 //! chunk, so the bytes granted by time `t` never exceed `rate·t + burst` and
 //! never burst by more than one chunk.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A byte-rate limiter. Time is passed in (`now` since any fixed epoch) so
 /// the arithmetic is tested without sleeping.
@@ -30,6 +30,11 @@ impl TokenBucket {
         self.rate as u64
     }
 
+    /// The largest request granted at once.
+    pub fn burst(&self) -> u64 {
+        self.burst as u64
+    }
+
     fn refill(&mut self, now: Duration) {
         if now > self.last {
             let dt = (now - self.last).as_secs_f64();
@@ -52,6 +57,103 @@ impl TokenBucket {
             // Rounded up: a wait that rounds to zero would spin.
             let nanos = ((need - self.tokens) / self.rate * 1e9).ceil().max(1.0);
             Err(Duration::from_nanos(nanos as u64))
+        }
+    }
+}
+
+/// How often, at most, the executor looks at the lease and the stop flag
+/// while it waits for I/O or for the throttle.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// Why a file stopped before its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// Another process opened or truncated the file.
+    LeaseBroken,
+    /// Shutdown or Ctrl-C.
+    Cancelled,
+    /// Free space fell to the watermark.
+    LowSpace { free: u64, watermark: u64 },
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::LeaseBroken => write!(f, "another process opened the file"),
+            StopReason::Cancelled => write!(f, "cancelled"),
+            StopReason::LowSpace { free, watermark } => write!(
+                f,
+                "free space {} is below the watermark {}",
+                crate::units::format_size(*free),
+                crate::units::format_size(*watermark)
+            ),
+        }
+    }
+}
+
+/// What the executor asks between steps.
+pub trait Watch {
+    /// Stop now? (lease break, cancel)
+    fn should_stop(&mut self) -> Option<StopReason>;
+    /// May `len` more bytes be written? (free space on copy-on-write)
+    fn space_for(&mut self, len: u64) -> Result<(), StopReason>;
+    /// Until when a write is provably covered by our lease: the last time
+    /// the kernel said we hold it, plus the lease-break time (the kernel
+    /// cannot hand the file to anyone before). `None`: no lease to bound.
+    fn lease_deadline(&self) -> Option<Instant> {
+        None
+    }
+}
+
+/// The rate limit shared by every file an engine refreshes.
+#[derive(Debug)]
+pub struct Throttle {
+    bucket: Option<TokenBucket>,
+    epoch: Instant,
+}
+
+impl Throttle {
+    pub fn new(rate: Option<u64>, burst: u64) -> Throttle {
+        let bucket = rate.map(|r| TokenBucket::new(r, burst, Duration::ZERO));
+        Throttle {
+            bucket,
+            epoch: Instant::now(),
+        }
+    }
+
+    pub fn rate(&self) -> Option<u64> {
+        self.bucket.as_ref().map(TokenBucket::rate)
+    }
+
+    pub fn try_take(&mut self, n: u64) -> Result<(), Duration> {
+        let now = self.epoch.elapsed();
+        match &mut self.bucket {
+            Some(b) => b.take(n, now),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for `n` bytes of budget, still answering the watch. A request
+    /// larger than the bucket's burst is paid for in burst-sized pieces
+    /// *before* it runs, so a large unit cannot run ahead of the rate.
+    pub fn take_watching(&mut self, n: u64, watch: &mut dyn Watch) -> Result<(), StopReason> {
+        let piece = self.bucket.as_ref().map_or(n, TokenBucket::burst).max(1);
+        let mut left = n;
+        loop {
+            let now = left.min(piece);
+            loop {
+                if let Some(why) = watch.should_stop() {
+                    return Err(why);
+                }
+                match self.try_take(now) {
+                    Ok(()) => break,
+                    Err(wait) => std::thread::sleep(wait.min(POLL)),
+                }
+            }
+            left -= now;
+            if left == 0 {
+                return Ok(());
+            }
         }
     }
 }

@@ -1,107 +1,17 @@
-//! The executor against an in-memory device: failing reads, completions out
-//! of order, lease breaks, verify mismatches.
+//! The executor against the in-memory device: failing reads and writes,
+//! completions out of order, lease breaks, verify mismatches, writes that
+//! complete after the lease deadline.
 #![allow(clippy::single_range_in_vec_init)] // lists of ranges that happen to hold one
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::*;
-use crate::engine::backend::{BackendKind, Completion};
-use crate::engine::buffers::BufferPool;
-use crate::engine::plan::Chunk;
+use crate::engine::fileio::Ring;
+use crate::engine::testdev::{Disk, MemDevice, Order, WriteLog};
 
-#[derive(Debug)]
-struct MemDevice {
-    pool: BufferPool,
-    data: Vec<u8>,
-    bad: Vec<Range<u64>>,
-    pending: VecDeque<(usize, Op, u64, usize)>,
-    /// Every write as (sequence number, range).
-    writes: Vec<(u64, Range<u64>)>,
-    seq: Arc<AtomicU64>,
-    /// Complete newest first, to mix up completion order.
-    lifo: bool,
-    /// Corrupt this many writes (simulates a device that drops writes).
-    corrupt_writes: usize,
-}
-
-impl MemDevice {
-    fn new(data: Vec<u8>, depth: usize, buf: usize, seq: Arc<AtomicU64>) -> MemDevice {
-        MemDevice {
-            pool: BufferPool::new(depth * 2, buf),
-            data,
-            bad: vec![],
-            pending: VecDeque::new(),
-            writes: vec![],
-            seq,
-            lifo: false,
-            corrupt_writes: 0,
-        }
-    }
-}
-
-impl IoBackend for MemDevice {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Sync
-    }
-    fn pool(&self) -> &BufferPool {
-        &self.pool
-    }
-    fn pool_mut(&mut self) -> &mut BufferPool {
-        &mut self.pool
-    }
-    fn submit(
-        &mut self,
-        _fd: RawFd,
-        buf: usize,
-        op: Op,
-        offset: u64,
-        len: usize,
-    ) -> io::Result<()> {
-        let n = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
-        if op == Op::Write {
-            self.writes.push((n, offset..offset + len as u64));
-        }
-        self.pending.push_back((buf, op, offset, len));
-        Ok(())
-    }
-    fn wait(&mut self, _timeout: Duration) -> io::Result<Option<Completion>> {
-        let next = if self.lifo {
-            self.pending.pop_back()
-        } else {
-            self.pending.pop_front()
-        };
-        let Some((buf, op, offset, len)) = next else {
-            return Ok(None);
-        };
-        let r = offset..offset + len as u64;
-        let result = match op {
-            Op::Read => {
-                if self.bad.iter().any(|b| b.start < r.end && r.start < b.end) {
-                    Err(io::Error::from_raw_os_error(libc::EIO))
-                } else {
-                    let src = &self.data[offset as usize..offset as usize + len];
-                    self.pool.get_mut(buf)[..len].copy_from_slice(src);
-                    Ok(len)
-                }
-            }
-            Op::Write => {
-                let src = self.pool.get(buf)[..len].to_vec();
-                self.data[offset as usize..offset as usize + len].copy_from_slice(&src);
-                if self.corrupt_writes > 0 {
-                    self.corrupt_writes -= 1;
-                    self.data[offset as usize] ^= 0xff;
-                }
-                Ok(len)
-            }
-        };
-        Ok(Some(Completion { buf, op, result }))
-    }
-    fn in_flight(&self) -> usize {
-        self.pending.len()
-    }
-}
+const FD: i32 = 3;
 
 /// Stops after `after` polls; records when it first said stop.
 struct TestWatch {
@@ -109,6 +19,10 @@ struct TestWatch {
     polls: u64,
     stopped_at: Option<u64>,
     seq: Arc<AtomicU64>,
+    /// Lease deadline: set to the moment of the stop (the kernel revokes
+    /// at once), when `revoke_at_stop`.
+    revoke_at_stop: bool,
+    deadline: Option<Instant>,
 }
 
 impl Watch for TestWatch {
@@ -118,6 +32,9 @@ impl Watch for TestWatch {
             Some(n) if self.polls > n => {
                 self.stopped_at
                     .get_or_insert(self.seq.load(Ordering::SeqCst));
+                if self.revoke_at_stop && self.deadline.is_none() {
+                    self.deadline = Some(Instant::now());
+                }
                 Some(StopReason::LeaseBroken)
             }
             _ => None,
@@ -126,13 +43,23 @@ impl Watch for TestWatch {
     fn space_for(&mut self, _len: u64) -> Result<(), StopReason> {
         Ok(())
     }
+    fn lease_deadline(&self) -> Option<Instant> {
+        if self.revoke_at_stop {
+            Some(
+                self.deadline
+                    .unwrap_or(Instant::now() + Duration::from_secs(3600)),
+            )
+        } else {
+            None
+        }
+    }
 }
 
 const ALIGN: u64 = 512;
 const CHUNK: u64 = 4096;
 
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 7 + i / 4096) as u8).collect()
+fn pattern(len: usize, salt: u8) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + i / 4096) as u8 ^ salt).collect()
 }
 
 fn chunks(len: u64) -> Vec<Chunk> {
@@ -150,17 +77,39 @@ fn params() -> ExecParams {
         depth: 4,
         align: ALIGN,
         verify: false,
+        lease_break: None,
         unsafe_write_failed_reads: false,
+        unsafe_unbounded_writes: false,
     }
 }
 
-fn run(dev: &mut MemDevice, watch: &mut TestWatch, p: ExecParams, len: u64) -> ExecResult {
+/// A device holding one file `FD` with `data`.
+fn device(data: &[u8]) -> (MemDevice, Disk) {
+    let disk: Disk = Arc::default();
+    disk.lock().expect("disk").insert(FD, data.to_vec());
+    (MemDevice::new(disk.clone(), 8, CHUNK as usize), disk)
+}
+
+fn bytes_of(disk: &Disk, fd: i32) -> Vec<u8> {
+    disk.lock().expect("disk")[&fd].clone()
+}
+
+/// Runs the executor on file `FD` of `ring`.
+fn run_on(ring: &mut Ring, watch: &mut TestWatch, p: ExecParams, len: u64) -> ExecResult {
+    // SAFETY: a fake fd for the in-memory device; never passed to the kernel.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(FD) };
+    let mut io = ring.file(fd).expect("handle");
     let mut throttle = Throttle::new(None, CHUNK);
     let mut bytes = 0;
-    let r = run_direct(dev, -1, &chunks(len), &mut throttle, watch, p, &mut |n| {
+    let r = run_direct(&mut io, &chunks(len), &mut throttle, watch, p, &mut |n| {
         bytes += n
     });
     assert_eq!(bytes, r.written, "progress reports every written byte");
+    assert_eq!(
+        io.in_flight(),
+        0,
+        "the executor returns with nothing in flight"
+    );
     r
 }
 
@@ -170,90 +119,127 @@ fn watch(seq: &Arc<AtomicU64>, after: Option<u64>) -> TestWatch {
         polls: 0,
         stopped_at: None,
         seq: seq.clone(),
+        revoke_at_stop: false,
+        deadline: None,
     }
+}
+
+fn log_of(log: &WriteLog) -> Vec<(u64, i32, Range<u64>)> {
+    log.lock().expect("log").clone()
 }
 
 #[test]
 fn rewrites_every_chunk_with_the_same_bytes() {
-    for lifo in [false, true] {
-        let seq = Arc::new(AtomicU64::new(0));
-        let data = pattern(64 * 1024);
-        let mut dev = MemDevice::new(data.clone(), 4, CHUNK as usize, seq.clone());
-        dev.lifo = lifo;
-        let r = run(&mut dev, &mut watch(&seq, None), params(), 64 * 1024);
+    for order in [Order::Fifo, Order::Lifo, Order::Mixed(7)] {
+        let data = pattern(64 * 1024, 0);
+        let (mut dev, disk) = device(&data);
+        dev.order = order;
+        let (seq, log) = (dev.seq.clone(), dev.writes.clone());
+        let mut ring = Ring::new(Box::new(dev));
+        let r = run_on(&mut ring, &mut watch(&seq, None), params(), 64 * 1024);
         assert!(r.error.is_none() && r.stop.is_none());
         assert_eq!(r.written, 64 * 1024);
-        assert_eq!(dev.data, data);
-        let mut w: Vec<_> = dev.writes.iter().map(|(_, r)| r.clone()).collect();
+        assert_eq!(bytes_of(&disk, FD), data);
+        let mut w: Vec<_> = log_of(&log).into_iter().map(|(_, _, r)| r).collect();
         w.sort_by_key(|r| r.start);
-        assert_eq!(
-            w,
-            chunks(64 * 1024)
-                .iter()
-                .map(|c| c.offset..c.end())
-                .collect::<Vec<_>>()
-        );
+        let want: Vec<_> = chunks(64 * 1024)
+            .iter()
+            .map(|c| c.offset..c.end())
+            .collect();
+        assert_eq!(w, want);
     }
 }
 
 #[test]
 fn failed_reads_are_never_written_and_are_narrowed() {
-    let seq = Arc::new(AtomicU64::new(0));
-    let data = pattern(64 * 1024);
-    let mut dev = MemDevice::new(data.clone(), 4, CHUNK as usize, seq.clone());
-    dev.bad = vec![9000..9100, 40_000..41_000];
-    let r = run(&mut dev, &mut watch(&seq, None), params(), 64 * 1024);
+    let data = pattern(64 * 1024, 0);
+    let (mut dev, disk) = device(&data);
+    let bad = vec![9000..9100, 40_000..41_000];
+    dev.bad.insert(FD, bad.clone());
+    let (seq, log) = (dev.seq.clone(), dev.writes.clone());
+    let mut ring = Ring::new(Box::new(dev));
+    let r = run_on(&mut ring, &mut watch(&seq, None), params(), 64 * 1024);
     assert!(r.error.is_none());
-    for (_, w) in &dev.writes {
-        for b in &dev.bad {
+    for (_, _, w) in log_of(&log) {
+        for b in &bad {
             assert!(
                 w.end <= b.start || w.start >= b.end,
                 "write {w:?} touches unreadable {b:?}"
             );
         }
     }
-    let bad: Vec<_> = r.bad_ranges.iter().map(|(r, _, _)| r.clone()).collect();
+    let got: Vec<_> = r.bad_ranges.iter().map(|(r, _, _)| r.clone()).collect();
     // Narrowed to the aligned cover of each bad range.
-    assert_eq!(bad, vec![8704..9216, 39_936..41_472]);
+    assert_eq!(got, vec![8704..9216, 39_936..41_472]);
     assert!(r.bad_ranges.iter().all(|(_, _, e)| *e == Some(libc::EIO)));
     assert_eq!(r.written, 64 * 1024 - 512 - 1536);
-    assert_eq!(dev.data, data);
+    assert_eq!(bytes_of(&disk, FD), data);
 }
 
 #[test]
 fn guard_off_writing_failed_reads_corrupts_data() {
     // The guard above, switched off: the buffer of a failed read (holding a
     // previous chunk's bytes) is written, and data is destroyed.
-    let seq = Arc::new(AtomicU64::new(0));
-    let data = pattern(64 * 1024);
-    let mut dev = MemDevice::new(data.clone(), 4, CHUNK as usize, seq.clone());
-    dev.bad = vec![40_000..41_000];
+    let data = pattern(64 * 1024, 0);
+    let (mut dev, disk) = device(&data);
+    dev.bad.insert(FD, vec![40_000..41_000]);
+    let seq = dev.seq.clone();
+    let mut ring = Ring::new(Box::new(dev));
     let mut p = params();
     p.unsafe_write_failed_reads = true;
-    let _ = run(&mut dev, &mut watch(&seq, None), p, 64 * 1024);
+    let _ = run_on(&mut ring, &mut watch(&seq, None), p, 64 * 1024);
     assert_ne!(
-        dev.data, data,
+        bytes_of(&disk, FD),
+        data,
         "writing unread buffers must corrupt the file"
     );
 }
 
 #[test]
+fn a_write_error_fails_the_file_with_its_offset_and_writes_nothing_more() {
+    let data = pattern(64 * 1024, 0);
+    for order in [Order::Fifo, Order::Lifo] {
+        let (mut dev, disk) = device(&data);
+        dev.order = order;
+        dev.bad_writes.insert(FD, vec![20_000..20_001]);
+        let (seq, log) = (dev.seq.clone(), dev.writes.clone());
+        let mut ring = Ring::new(Box::new(dev));
+        let mut w = watch(&seq, None);
+        let r = run_on(&mut ring, &mut w, params(), 64 * 1024);
+        let Some(ExecError::Write { offset, .. }) = r.error else {
+            panic!("expected a write error, got {:?}", r.error);
+        };
+        assert_eq!(offset, 16_384, "the failing chunk's offset");
+        assert_eq!(bytes_of(&disk, FD), data);
+        // No write was submitted after the failing one completed: at most
+        // the writes already in flight (depth 4) follow it in the log.
+        let after = log_of(&log)
+            .iter()
+            .skip_while(|(_, _, r)| r.start != 16_384)
+            .count();
+        assert!(after <= 4, "{after} writes at or after the failed one");
+    }
+}
+
+#[test]
 fn stop_means_no_new_writes_and_a_resume_offset() {
     for after in [0, 1, 3, 6, 10] {
-        let seq = Arc::new(AtomicU64::new(0));
-        let data = pattern(128 * 1024);
-        let mut dev = MemDevice::new(data.clone(), 4, CHUNK as usize, seq.clone());
+        let data = pattern(128 * 1024, 0);
+        let (dev, disk) = device(&data);
+        let (seq, log) = (dev.seq.clone(), dev.writes.clone());
+        let mut ring = Ring::new(Box::new(dev));
         let mut w = watch(&seq, Some(after));
-        let r = run(&mut dev, &mut w, params(), 128 * 1024);
+        let r = run_on(&mut ring, &mut w, params(), 128 * 1024);
         assert_eq!(r.stop, Some(StopReason::LeaseBroken));
         let stopped_at = w.stopped_at.expect("watch said stop");
+        let writes = log_of(&log);
         assert!(
-            dev.writes.iter().all(|(s, _)| *s <= stopped_at),
+            writes.iter().all(|(s, _, _)| *s <= stopped_at),
             "a write was submitted after the stop"
         );
         let resume = r.resume_offset.expect("resume offset");
         // Everything below the resume offset was written.
-        let mut covered: Vec<_> = dev.writes.iter().map(|(_, r)| r.clone()).collect();
+        let mut covered: Vec<_> = writes.into_iter().map(|(_, _, r)| r).collect();
         covered.sort_by_key(|r| r.start);
         let mut pos = 0;
         for c in covered {
@@ -262,28 +248,64 @@ fn stop_means_no_new_writes_and_a_resume_offset() {
             }
         }
         assert!(resume <= pos, "resume {resume} beyond written prefix {pos}");
-        assert_eq!(dev.data, data);
+        assert_eq!(bytes_of(&disk, FD), data);
     }
 }
 
 #[test]
+fn writes_completing_after_the_lease_deadline_are_reported_exposed() {
+    // The kernel revokes the lease the moment it breaks (deadline = the
+    // break): every write still in flight then is exposed, and reported.
+    let data = pattern(128 * 1024, 0);
+    let (dev, _disk) = device(&data);
+    let seq = dev.seq.clone();
+    let mut ring = Ring::new(Box::new(dev));
+    let mut w = watch(&seq, Some(6));
+    w.revoke_at_stop = true;
+    let mut p = params();
+    p.unsafe_unbounded_writes = true;
+    let r = run_on(&mut ring, &mut w, p, 128 * 1024);
+    assert_eq!(r.stop, Some(StopReason::LeaseBroken));
+    assert!(!r.exposed.is_empty(), "writes in flight at the revocation");
+    for e in &r.exposed {
+        assert_eq!(e.start % CHUNK, 0);
+    }
+}
+
+#[test]
+fn under_a_lease_one_write_is_in_flight_until_the_device_is_measured() {
+    let data = pattern(64 * 1024, 0);
+    let (dev, disk) = device(&data);
+    let seq = dev.seq.clone();
+    let mut ring = Ring::new(Box::new(dev));
+    let mut p = params();
+    p.lease_break = Some(Duration::ZERO);
+    let r = run_on(&mut ring, &mut watch(&seq, None), p, 64 * 1024);
+    assert!(r.error.is_none());
+    assert_eq!(r.written, 64 * 1024);
+    assert_eq!(bytes_of(&disk, FD), data);
+}
+
+#[test]
 fn verify_rewrites_once_then_fails() {
-    let seq = Arc::new(AtomicU64::new(0));
-    let data = pattern(32 * 1024);
+    let data = pattern(32 * 1024, 0);
     let mut p = params();
     p.verify = true;
-    let mut dev = MemDevice::new(data.clone(), 4, CHUNK as usize, seq.clone());
+    let (mut dev, disk) = device(&data);
     dev.corrupt_writes = 1;
-    let r = run(&mut dev, &mut watch(&seq, None), p, 32 * 1024);
+    let seq = dev.seq.clone();
+    let mut ring = Ring::new(Box::new(dev));
+    let r = run_on(&mut ring, &mut watch(&seq, None), p, 32 * 1024);
     assert!(
         r.error.is_none(),
         "one bad write is repaired: {:?}",
         r.error
     );
-    assert_eq!(dev.data, data);
+    assert_eq!(bytes_of(&disk, FD), data);
 
-    let mut dev = MemDevice::new(data.clone(), 4, CHUNK as usize, seq.clone());
+    let (mut dev, _disk) = device(&data);
     dev.corrupt_writes = usize::MAX;
-    let r = run(&mut dev, &mut watch(&seq, None), p, 32 * 1024);
+    let mut ring = Ring::new(Box::new(dev));
+    let r = run_on(&mut ring, &mut watch(&seq, None), p, 32 * 1024);
     assert!(matches!(r.error, Some(ExecError::Verify { .. })));
 }

@@ -1,0 +1,359 @@
+//! One file, start to end, on the engine's I/O thread: open under the
+//! guard → choose the strategy → run it through a per-file I/O handle →
+//! finish (timestamps, sync, layout check, report) → release the lease.
+//! The strategies (`inplace`, `relocate`) are siblings below this module
+//! and never import each other.
+//!
+//! Errors stay local: the file's I/O handle is dropped (every request
+//! reaped) before the lease is released, a panic in a strategy is caught
+//! and reported as that file's failure, and a ring that could not be
+//! drained is discarded and rebuilt before the next file.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+use super::backend::{self, BackendChoice, BackendKind};
+use super::buffers::BufferPool;
+use super::fileio::Ring;
+use super::guard::{self, Opened, Refusal, Target};
+use super::lease::{self, LeaseClock};
+use super::report::{FileReport, Outcome, Range, SkipReason};
+use super::throttle::Throttle;
+use super::{inplace, relocate, EngineConfig, EngineError, Progress};
+use crate::config::Strategy;
+
+/// What a strategy hands back to the driver.
+#[derive(Debug)]
+pub(crate) struct Done {
+    pub outcome: Outcome,
+    /// The strategy wrote through the file (in place): its mtime moved and
+    /// must be put back, if the lease still covers us.
+    pub wrote_in_place: bool,
+}
+
+impl Done {
+    pub fn new(outcome: Outcome, wrote_in_place: bool) -> Done {
+        Done {
+            outcome,
+            wrote_in_place,
+        }
+    }
+}
+
+/// Everything a strategy needs for one file.
+pub(crate) struct FileJob<'a, 'fd> {
+    pub target: &'a Target,
+    pub opened: &'a Opened,
+    pub cfg: &'a EngineConfig,
+    pub skip: u64,
+    pub throttle: &'a mut Throttle,
+    pub clock: &'a mut LeaseClock<'fd>,
+    pub report: &'a mut FileReport,
+    pub progress: &'a mut dyn FnMut(u64),
+    /// I/O priority for writes (never the idle class, see `sys`).
+    pub write_ioprio: u16,
+}
+
+/// The I/O thread's state: the ring with its buffers, and the throttle.
+#[derive(Debug)]
+pub struct IoThread {
+    ring: Ring,
+    throttle: Throttle,
+    choice: BackendChoice,
+    buffers: usize,
+    chunk: usize,
+    write_ioprio: u16,
+}
+
+impl IoThread {
+    /// Builds the ring; the second value is why io_uring is not used.
+    pub fn new(cfg: &EngineConfig) -> Result<(IoThread, Option<String>), EngineError> {
+        let buffers = cfg.depth * if cfg.verify { 2 } else { 1 };
+        let chunk = usize::try_from(cfg.chunk)
+            .map_err(|_| EngineError::Config("chunk too large".into()))?;
+        let pool = BufferPool::new(buffers, chunk);
+        let (b, fallback) =
+            backend::open_backend(cfg.backend, pool).map_err(EngineError::Backend)?;
+        Ok((
+            IoThread {
+                ring: Ring::new(b),
+                throttle: Throttle::new(cfg.rate, cfg.chunk),
+                choice: cfg.backend,
+                buffers,
+                chunk,
+                write_ioprio: 0,
+            },
+            fallback,
+        ))
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        self.ring.backend().kind()
+    }
+
+    /// Refreshes one file; a panic becomes this file's failure, and a ring
+    /// left with requests in flight is replaced before the next file.
+    pub fn refresh(
+        &mut self,
+        t: &Target,
+        cfg: &EngineConfig,
+        skip: u64,
+        progress: Option<&mut Progress>,
+    ) -> FileReport {
+        // Per file, on this thread: ioprio is per thread and may change.
+        self.write_ioprio = super::sys::write_ioprio();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            refresh_file(self, t, cfg, skip, progress)
+        }));
+        let report = r.unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown".into());
+            tracing::error!(path = %t.display.display(), "internal error: {what}");
+            FileReport::new(
+                t.display.clone(),
+                Outcome::Failed {
+                    reason: format!("internal error (panic): {what}"),
+                },
+            )
+        });
+        if self.ring.poisoned() {
+            self.rebuild_ring();
+        }
+        report
+    }
+
+    fn rebuild_ring(&mut self) {
+        tracing::warn!(
+            "discarding the I/O ring (requests could not be reaped); building a new one"
+        );
+        let pool = BufferPool::new(self.buffers, self.chunk);
+        match backend::open_backend(self.choice, pool) {
+            Ok((b, _)) => self.ring = Ring::new(b),
+            Err(e) => {
+                // Keep the poisoned ring: every later file fails cleanly
+                // ("the I/O ring is broken") instead of reusing it.
+                tracing::error!("building a new I/O ring: {e}");
+            }
+        }
+    }
+}
+
+fn open(t: &Target, cfg: &EngineConfig) -> Result<(Opened, bool), Box<FileReport>> {
+    let sw = cfg.unsafe_switches;
+    // relocate: no lease (others may keep the file open). auto: in place
+    // under a lease when we can have one, relocation when someone else has
+    // the file open.
+    let lease = cfg.strategy != Strategy::Relocate && !sw.no_lease;
+    let mut relocate = cfg.strategy == Strategy::Relocate;
+    let opened = match guard::open(t, lease) {
+        Err(Refusal::Skip(SkipReason::InUse, _)) if cfg.strategy == Strategy::Auto => {
+            relocate = true;
+            guard::open(t, false)
+        }
+        other => other,
+    };
+    match opened {
+        Ok(o) => Ok((o, relocate)),
+        Err(Refusal::Skip(reason, detail)) => {
+            tracing::debug!(reason = reason.as_str(), %detail, "skipped");
+            Err(Box::new(FileReport::skipped(
+                t.display.clone(),
+                reason,
+                detail,
+            )))
+        }
+        Err(Refusal::Fail(reason)) => {
+            tracing::warn!(%reason, "failed");
+            Err(Box::new(FileReport::new(
+                t.display.clone(),
+                Outcome::Failed { reason },
+            )))
+        }
+    }
+}
+
+fn refresh_file(
+    io: &mut IoThread,
+    t: &Target,
+    cfg: &EngineConfig,
+    skip: u64,
+    progress: Option<&mut Progress>,
+) -> FileReport {
+    let start = Instant::now();
+    let span = tracing::info_span!("refresh", path = %t.display.display());
+    let _enter = span.enter();
+    let (opened, relocate) = match open(t, cfg) {
+        Ok(x) => x,
+        Err(report) => return *report,
+    };
+    let mut report = FileReport::new(t.display.clone(), Outcome::Refreshed);
+    report.backend = Some(io.kind());
+    report.filesystem = Some(opened.fs);
+    report.size = opened.meta.size;
+    report.verified = cfg.verify;
+    report.dev_ino = Some((opened.meta.dev, opened.meta.ino));
+    let mut noop = |_: u64| {};
+    let progress: &mut dyn FnMut(u64) = match progress {
+        Some(p) => p,
+        None => &mut noop,
+    };
+    let fd = opened.fd.as_fd();
+    let mut clock = LeaseClock::new(
+        fd,
+        opened.leased,
+        opened.lease_taken_at,
+        lease::lease_break_time(),
+    );
+    let done = {
+        // The handle lives in this block: every request is reaped when it
+        // ends, before timestamps, sync and the lease's release below.
+        match io.ring.file(fd) {
+            Err(e) => Done::new(
+                Outcome::Failed {
+                    reason: format!("I/O ring unusable: {e}"),
+                },
+                false,
+            ),
+            Ok(mut fio) => run_strategy(
+                &mut fio,
+                relocate,
+                FileJob {
+                    target: t,
+                    opened: &opened,
+                    cfg,
+                    skip,
+                    throttle: &mut io.throttle,
+                    clock: &mut clock,
+                    report: &mut report,
+                    progress,
+                    write_ioprio: io.write_ioprio,
+                },
+            ),
+        }
+    };
+    report.outcome = finish(&opened, &clock, done, &mut report, cfg);
+    release(opened);
+    report.elapsed_s = start.elapsed().as_secs_f64();
+    match &report.outcome {
+        Outcome::Refreshed => tracing::info!(bytes = report.bytes_refreshed, "refreshed"),
+        other => tracing::info!(outcome = ?other, "not refreshed"),
+    }
+    report
+}
+
+fn run_strategy(
+    fio: &mut super::fileio::FileIo<'_>,
+    relocate: bool,
+    mut job: FileJob<'_, '_>,
+) -> Done {
+    let opened = job.opened;
+    if relocate {
+        if relocate::supported(opened.fs) {
+            relocate::run(fio, &mut job)
+        } else {
+            Done::new(
+                Outcome::Skipped {
+                    reason: SkipReason::StrategyUnavailable,
+                    detail: format!("no relocation on {}", opened.fs.name()),
+                },
+                false,
+            )
+        }
+    } else {
+        inplace::run(fio, &mut job)
+    }
+}
+
+fn release(opened: Opened) {
+    if let Err(e) = opened.release() {
+        tracing::warn!("releasing the lease: {e}");
+    }
+}
+
+/// How long before the lease deadline the timestamps must be back: a
+/// futimens and an fsync, with room to spare.
+const TIMES_MARGIN: Duration = Duration::from_millis(500);
+
+/// Timestamps back (only if the lease still provably covers us and no
+/// write landed outside it), sync, layout check.
+fn finish(
+    o: &Opened,
+    clock: &LeaseClock<'_>,
+    done: Done,
+    report: &mut FileReport,
+    cfg: &EngineConfig,
+) -> Outcome {
+    let fd = o.fd.as_fd();
+    let mut failure: Option<String> = None;
+    if !report.lease_exposed.is_empty() {
+        let total: u64 = report.lease_exposed.iter().map(|r| r.len).sum();
+        let first = report.lease_exposed[0];
+        failure = Some(format!(
+            "the kernel may have revoked the lease (lease-break-time {} s) while {} write(s) \
+             of {total} bytes were in flight; first at offset {} length {}: another process \
+             may have written there before them; mtime left as it is",
+            clock.break_time().as_secs(),
+            report.lease_exposed.len(),
+            first.offset,
+            first.len
+        ));
+    }
+    if done.wrote_in_place && !cfg.unsafe_switches.no_time_restore {
+        if failure.is_some() {
+            // Never put an old mtime over somebody's newer write.
+        } else if clock.still_ours(TIMES_MARGIN) {
+            if let Err(e) = rustix::fs::futimens(fd, &o.meta.timestamps()) {
+                failure = Some(format!("restoring atime/mtime: {e}"));
+            }
+        } else {
+            failure = Some(
+                "the lease may have been revoked before the timestamps could be restored; \
+                 mtime left as it is"
+                    .into(),
+            );
+        }
+    }
+    if let Err(e) = rustix::fs::fsync(fd) {
+        failure.get_or_insert(format!("fsync: {}", io::Error::from(e)));
+    }
+    if done.wrote_in_place && report.lease_exposed.is_empty() {
+        if let Some(msg) = layout_changed(&o.meta, fd) {
+            failure.get_or_insert(msg);
+        }
+    }
+    match failure {
+        Some(reason) => Outcome::Failed { reason },
+        None => done.outcome,
+    }
+}
+
+/// Size and allocation must be what they were. A change here is a bug.
+fn layout_changed(before: &guard::FileMeta, fd: std::os::fd::BorrowedFd<'_>) -> Option<String> {
+    match guard::meta(fd) {
+        Ok(after) if after.size != before.size => Some(format!(
+            "size changed from {} to {} bytes",
+            before.size, after.size
+        )),
+        Ok(after) if after.blocks != before.blocks => Some(format!(
+            "allocation changed from {} to {} blocks",
+            before.blocks, after.blocks
+        )),
+        Ok(_) => None,
+        Err(e) => Some(format!("statx after refresh: {e}")),
+    }
+}
+
+/// Ranges of the executor's exposed writes, for the report.
+pub(crate) fn ranges(v: &[std::ops::Range<u64>]) -> Vec<Range> {
+    v.iter()
+        .map(|r| Range {
+            offset: r.start,
+            len: r.end - r.start,
+        })
+        .collect()
+}
