@@ -8,6 +8,7 @@ mod daemon;
 mod drives;
 mod guards;
 mod helpers;
+mod io_errors;
 mod layout;
 mod lease;
 mod packaging;

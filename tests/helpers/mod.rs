@@ -12,6 +12,8 @@ use std::process::{Command, Output};
 
 use refreshd::engine::plan::seek_data_ranges;
 
+pub mod kernel;
+
 /// True when privileged tests may run. Without root they skip with a
 /// printed reason, unless `REFRESHD_REQUIRE_PRIVILEGED_TESTS=1` (CI), where
 /// they fail instead.
@@ -65,6 +67,16 @@ impl LoopFs {
 
     /// `direct_io`: the loop device bypasses the host page cache.
     pub fn with_options(kind: &'static str, size_mib: u64, direct_io: bool) -> LoopFs {
+        Self::with_mount_options(kind, size_mib, direct_io, None)
+    }
+
+    /// Like [`LoopFs::with_options`], mounted with `-o opts`.
+    pub fn with_mount_options(
+        kind: &'static str,
+        size_mib: u64,
+        direct_io: bool,
+        opts: Option<&str>,
+    ) -> LoopFs {
         let dir = tempfile::Builder::new()
             .prefix("refreshd-test-")
             .tempdir_in("/var/tmp")
@@ -96,7 +108,11 @@ impl LoopFs {
             other => panic!("unknown filesystem {other}"),
         };
         run(Command::new(mkfs[0]).args(&mkfs[1..]).arg(&me.dev));
-        run(Command::new("mount").arg(&me.dev).arg(&me.mnt));
+        let mut mount = Command::new("mount");
+        if let Some(o) = opts {
+            mount.args(["-o", o]);
+        }
+        run(mount.arg(&me.dev).arg(&me.mnt));
         me.mounted = true;
         me
     }
@@ -111,6 +127,13 @@ impl LoopFs {
         let stat = fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
         let sectors: u64 = stat.split_whitespace().nth(6).unwrap().parse().unwrap();
         sectors * 512
+    }
+
+    /// The loop device's "major:minor".
+    pub fn dev_numbers(&self) -> String {
+        use std::os::unix::fs::MetadataExt;
+        let rdev = fs::metadata(&self.dev).unwrap().rdev();
+        format!("{}:{}", rustix::fs::major(rdev), rustix::fs::minor(rdev))
     }
 
     /// Flushes everything, so counters and layouts are settled.
