@@ -226,3 +226,179 @@ fn privileged_revoked_lease_never_lets_a_write_land_on_a_writer() {
     }
     assert_ne!(mtime.0, OLD, "mtime restored over the writer's");
 }
+
+/// Device offset of file offset `off` (FIEMAP).
+fn device_offset(path: &Path, off: u64) -> u64 {
+    let f = File::open(path).unwrap();
+    let ext = refreshd::engine::sys::fiemap(std::os::fd::AsFd::as_fd(&f))
+        .unwrap()
+        .into_iter()
+        .find(|e| e.logical <= off && off < e.logical + e.length)
+        .expect("extent covering the offset");
+    ext.physical + (off - ext.logical)
+}
+
+/// Whether another process could take a write lease now (refreshd let go
+/// of the file: no lease, no open descriptor).
+fn free_for_a_write_lease(path: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let f = File::options().read(true).write(true).open(path).unwrap();
+    // SAFETY: plain fcntl on an fd we own.
+    let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) };
+    // SAFETY: as above.
+    unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    rc == 0
+}
+
+#[test]
+fn privileged_write_eio_fails_the_file_and_the_next_is_refreshed() {
+    if !privileged("privileged_write_eio_fails_the_file_and_the_next_is_refreshed")
+        || !Path::new("/dev/fuse").exists()
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = testbed::DriveOptions {
+        size: 512 << 20,
+        model: testbed::Model::preset("none").unwrap(),
+        channels: 4,
+        ..testbed::DriveOptions::default()
+    };
+    let d = testbed::Drive::up(tmp.path(), &opts).unwrap();
+    let (a, b) = (d.path("a"), d.path("b"));
+    let (da, db) = (pattern(16 * MIB, 31), pattern(16 * MIB, 32));
+    write_file(&a, &da);
+    write_file(&b, &db);
+    set_mtime(&a, OLD, 1);
+    set_mtime(&b, OLD, 2);
+    d.sync().unwrap();
+    let bad = (5 << 20) + 12288;
+    d.write_fault(device_offset(&a, bad), 8192);
+    testbed::measure::drop_caches();
+
+    let engine = Engine::start(EngineConfig::default()).unwrap();
+    let ra = engine.refresh(Target::for_path(&a).unwrap(), None);
+    // The lease is gone and the file closed the moment the report is out.
+    assert!(free_for_a_write_lease(&a), "refreshd still holds a");
+    match &ra.outcome {
+        Outcome::Failed { reason } => {
+            assert!(reason.contains("writing"), "{reason}");
+            assert!(reason.contains(&format!("offset {}", 5 << 20)), "{reason}");
+            assert!(reason.contains("Input/output error"), "{reason}");
+        }
+        other => panic!("expected failed, got {other:?}"),
+    }
+    assert!(ra.bytes_refreshed < 16 << 20);
+    let rb = engine.refresh(Target::for_path(&b).unwrap(), None);
+    assert_eq!(rb.outcome, Outcome::Refreshed, "the next file is refreshed");
+    drop(engine);
+    testbed::measure::drop_caches();
+    assert!(std::fs::read(&a).unwrap() == da, "a changed");
+    assert!(std::fs::read(&b).unwrap() == db, "b changed");
+    assert_eq!(mtime(&a), (OLD, 1));
+    assert_eq!(mtime(&b), (OLD, 2));
+    assert!(d.stats().write_errors > 0, "the fault was hit");
+}
+
+/// Punches `[off, off+len)` out of the file from another process (the
+/// `fallocate` tool), or preallocates it (`mode` "-p" or "-z"...).
+fn fallocate_tool(args: &[&str], path: &Path) {
+    run(Command::new("fallocate").args(args).arg(path));
+}
+
+#[test]
+fn privileged_punch_hole_and_fallocate_by_another_process_mid_refresh() {
+    if !privileged("privileged_punch_hole_and_fallocate_by_another_process_mid_refresh") {
+        return;
+    }
+    for (kind, relocate) in [
+        ("ext4", false),
+        ("ext4j", true),
+        ("xfs", true),
+        ("xfs", false),
+    ] {
+        let holes = punch_mid_refresh(kind, relocate, UnsafeSwitches::default());
+        assert!(
+            holes,
+            "{kind} relocate={relocate}: a punched range holds data again"
+        );
+    }
+    // The layout re-check before FIDEDUPERANGE switched off: the range
+    // punched before the relocation reached it is read as zeros, found
+    // identical, and remapped: the hole is filled with allocated zeros.
+    let switches = UnsafeSwitches {
+        no_layout_recheck: true,
+        ..UnsafeSwitches::default()
+    };
+    assert!(
+        !punch_mid_refresh("xfs", true, switches),
+        "without the re-check the punched hole should be filled"
+    );
+}
+
+/// Refreshes a 32 MiB file while another process punches two ranges and
+/// preallocates a hole; checks content and the preallocation. Returns
+/// whether the punched ranges are still holes.
+fn punch_mid_refresh(kind: &'static str, relocate: bool, switches: UnsafeSwitches) -> bool {
+    {
+        let fs = LoopFs::new(kind, 512);
+        let f = fs.path("f");
+        // 24 MiB of data, a 4 MiB hole at 24..28 MiB, 4 MiB more data.
+        let mut want = pattern(32 * MIB, 41);
+        want[24 * MIB..28 * MIB].fill(0);
+        write_file(&f, &want);
+        fallocate_tool(
+            &[
+                "-p",
+                "-o",
+                &(24 * MIB).to_string(),
+                "-l",
+                &(4 * MIB).to_string(),
+            ],
+            &f,
+        );
+        set_mtime(&f, OLD, 5);
+        fs.sync();
+        let holder = relocate.then(|| File::open(&f).unwrap());
+        let cfg = EngineConfig {
+            rate: Some(8 << 20),
+            relocate_chunk: 2 << 20,
+            unsafe_switches: switches,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::start(cfg).unwrap();
+        let rx = engine.submit(Target::for_path(&f).unwrap(), None);
+        std::thread::sleep(Duration::from_millis(700));
+        // Another process punches 16..18 MiB (not yet refreshed) and
+        // 1..2 MiB (already refreshed), and preallocates the hole.
+        for (off, len) in [(16, 2), (1, 1)] {
+            let (o, l) = ((off * MIB).to_string(), (len * MIB).to_string());
+            fallocate_tool(&["-p", "-o", &o, "-l", &l], &f);
+            want[off * MIB..(off + len) * MIB].fill(0);
+        }
+        fallocate_tool(
+            &["-o", &(24 * MIB).to_string(), "-l", &(4 * MIB).to_string()],
+            &f,
+        );
+        let report = rx.recv().unwrap();
+        drop(holder);
+        drop(engine);
+        let what = format!("{kind} relocate={relocate}: {:?}", report.outcome);
+        assert!(
+            !matches!(report.outcome, Outcome::Refreshed) || relocate,
+            "in place must stop at the other opener: {what}"
+        );
+        assert!(std::fs::read(&f).unwrap() == want, "content: {what}");
+        // The preallocated range is unwritten, never written by refreshd.
+        let unwritten = fiemap_bytes(&f, refreshd::engine::sys::FIEMAP_EXTENT_UNWRITTEN);
+        assert!(unwritten >= 4 * MIB as u64, "unwritten {unwritten}: {what}");
+        // The punched ranges stay unallocated: no data resurrected there.
+        use refreshd::engine::plan::seek_data_ranges;
+        let file = File::open(&f).unwrap();
+        let data = seek_data_ranges(std::os::fd::AsFd::as_fd(&file), 32 * MIB as u64).unwrap();
+        [(16u64, 2u64), (1, 1)].iter().all(|&(off, len)| {
+            let r = off * MIB as u64..(off + len) * MIB as u64;
+            data.iter().all(|d| d.end <= r.start || d.start >= r.end)
+        })
+    }
+}

@@ -56,6 +56,9 @@ pub struct UnsafeSwitches {
     pub write_failed_reads: bool,
     /// No bound on the bytes of writes in flight under a lease.
     pub unbounded_writes: bool,
+    /// Relocation: no layout re-check before FIDEDUPERANGE (a hole punched
+    /// meanwhile is filled with allocated zeros).
+    pub no_layout_recheck: bool,
 }
 
 /// How an engine refreshes files.

@@ -116,6 +116,23 @@ pub fn for_file(fd: BorrowedFd<'_>, params: &PlanParams) -> Result<Plan, String>
     Ok(plan(params, &seek, &extents))
 }
 
+/// Whether `range` of the file is still all plain data: no hole, no
+/// unwritten extent (someone may have punched or zeroed it since the plan).
+pub fn still_plain_data(fd: BorrowedFd<'_>, range: Range<u64>) -> io::Result<bool> {
+    let data = seek_data_ranges(fd, range.end)?;
+    let covered = data
+        .iter()
+        .any(|d| d.start <= range.start && range.end <= d.end);
+    if !covered {
+        return Ok(false);
+    }
+    let unplain =
+        sys::FIEMAP_EXTENT_UNWRITTEN | sys::FIEMAP_EXTENT_DELALLOC | sys::FIEMAP_EXTENT_UNKNOWN;
+    Ok(!sys::fiemap(fd)?.iter().any(|e| {
+        e.logical < range.end && range.start < e.logical + e.length && e.flags & unplain != 0
+    }))
+}
+
 /// Why an empty plan leaves the file alone.
 pub fn nothing_planned(p: &Plan, size: u64) -> super::report::Outcome {
     use super::report::{Outcome, SkipReason};

@@ -185,6 +185,8 @@ struct Relocator<'a, 'f> {
     io: &'a mut FileIo<'f>,
     /// Bytes moved in this file so far (for a refusal's report).
     moved: u64,
+    /// Test switch: see `UnsafeSwitches::no_layout_recheck`.
+    no_layout_recheck: bool,
 }
 
 impl Relocator<'_, '_> {
@@ -384,6 +386,16 @@ impl Relocator<'_, '_> {
                 io::Error::from(e)
             ));
         }
+        // Checked after the copy was read: a hole punched (or a range
+        // zeroed) before our read reads as zeros, which the kernel would
+        // find identical and remap, filling the hole; one punched after
+        // our read makes the bytes differ and the kernel refuses.
+        match plan::still_plain_data(self.orig, c.offset..c.end()) {
+            _ if self.no_layout_recheck => {}
+            Ok(true) => {}
+            Ok(false) => return ChunkResult::Changed,
+            Err(e) => return fail(format!("checking the layout at offset {}: {e}", c.offset)),
+        }
         let mut pos = c.offset;
         while pos < c.end() {
             match sys::dedupe(self.temp.as_fd(), self.orig, pos, c.end() - pos) {
@@ -520,6 +532,7 @@ fn relocate(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Outcome {
         buf: vec![0u8; PIECE],
         io: fio,
         moved: 0,
+        no_layout_recheck: cfg.unsafe_switches.no_layout_recheck,
     };
     let outcome = relocate_units(r, &units, job);
     let _ = fcntl_setfl(orig, fl);

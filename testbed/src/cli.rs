@@ -175,8 +175,10 @@ pub fn age(dir: &Path, months: f64) -> Result<()> {
     control::request(dir, &Request::Age { months }).map(|_| ())
 }
 
-pub fn fault(dir: &Path, offset: u64, len: u64) -> Result<()> {
-    control::request(dir, &Request::Fault { offset, len }).map(|_| ())
+/// Reads (or, with `write`, writes) of `[offset, offset+len)` fail with EIO.
+pub fn fault(dir: &Path, offset: u64, len: u64, write: bool) -> Result<()> {
+    let req = Request::Fault { offset, len, write };
+    control::request(dir, &req).map(|_| ())
 }
 
 pub fn stats(dir: &Path) -> Result<Stats> {
@@ -210,6 +212,15 @@ pub fn render_stats(s: &Stats) -> String {
             m + 1,
             *blocks as f64 * 4096.0 / 1048576.0
         ));
+    }
+    for (o, l) in &s.write_faults {
+        out.push_str(&format!(
+            "fault: writes of device bytes {o}..{} fail with EIO\n",
+            o + l
+        ));
+    }
+    if s.write_errors > 0 {
+        out.push_str(&format!("write errors {}\n", s.write_errors));
     }
     for (o, l) in &s.faults {
         out.push_str(&format!(

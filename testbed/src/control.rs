@@ -16,8 +16,16 @@ use crate::disk::{DiskState, Stats};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case")]
 pub enum Request {
-    Age { months: f64 },
-    Fault { offset: u64, len: u64 },
+    Age {
+        months: f64,
+    },
+    Fault {
+        offset: u64,
+        len: u64,
+        /// Writes fail instead of reads.
+        #[serde(default)]
+        write: bool,
+    },
     Stats,
     Shutdown,
 }
@@ -66,11 +74,15 @@ fn handle(state: &DiskState, stop: &StopFlag, line: &str) -> Response {
         Ok(Request::Age { months }) => Response::Error(format!(
             "months must be a non-negative number, not {months}"
         )),
-        Ok(Request::Fault { offset, len }) if len > 0 && offset < state.size => {
-            state.add_fault(offset, len);
+        Ok(Request::Fault { offset, len, write }) if len > 0 && offset < state.size => {
+            if write {
+                state.add_write_fault(offset, len);
+            } else {
+                state.add_fault(offset, len);
+            }
             Response::Ok
         }
-        Ok(Request::Fault { offset, len }) => Response::Error(format!(
+        Ok(Request::Fault { offset, len, .. }) => Response::Error(format!(
             "fault {offset}+{len} is outside the {}-byte disk or empty",
             state.size
         )),

@@ -56,6 +56,7 @@ struct Counters {
     writes: AtomicU64,
     write_bytes: AtomicU64,
     read_errors: AtomicU64,
+    write_errors: AtomicU64,
     discards: AtomicU64,
 }
 
@@ -71,12 +72,18 @@ pub struct Stats {
     pub writes: u64,
     pub write_bytes: u64,
     pub read_errors: u64,
+    /// Writes refused with EIO (write faults).
+    #[serde(default)]
+    pub write_errors: u64,
     pub discards: u64,
     /// Written blocks by whole months of age: (months, blocks).
     pub age_histogram: Vec<(u32, u64)>,
     pub faults: Vec<(u64, u64)>,
     /// Writes that touched a faulty range: (offset, length).
     pub faulty_writes: Vec<(u64, u64)>,
+    /// Ranges whose writes fail with EIO.
+    #[serde(default)]
+    pub write_faults: Vec<(u64, u64)>,
 }
 
 /// The disk's state, shared by the FUSE threads and the control socket.
@@ -94,6 +101,7 @@ pub struct DiskState {
     month_seconds: Option<f64>,
     chans: Channels,
     faults: RwLock<Vec<Range<u64>>>,
+    write_faults: RwLock<Vec<Range<u64>>>,
     faulty_writes: Mutex<Vec<(u64, u64)>>,
     counters: Counters,
 }
@@ -121,6 +129,7 @@ impl DiskState {
                 cv: Condvar::new(),
             },
             faults: RwLock::new(vec![]),
+            write_faults: RwLock::new(vec![]),
             faulty_writes: Mutex::new(vec![]),
             counters: Counters::default(),
         }
@@ -149,6 +158,23 @@ impl DiskState {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .push(offset..offset.saturating_add(len));
+    }
+
+    /// Writes touching `[offset, offset+len)` fail with EIO and change
+    /// nothing (a drive that cannot program those pages).
+    pub fn add_write_fault(&self, offset: u64, len: u64) {
+        self.write_faults
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(offset..offset.saturating_add(len));
+    }
+
+    fn touches_write_fault(&self, r: &Range<u64>) -> bool {
+        self.write_faults
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|f| f.start < r.end && r.start < f.end)
     }
 
     fn touches_fault(&self, r: &Range<u64>) -> bool {
@@ -211,6 +237,10 @@ impl DiskState {
             return Err(Errno::ENOSPC);
         }
         let r = offset..end;
+        if self.touches_write_fault(&r) {
+            self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+            return Err(Errno::EIO);
+        }
         if self.touches_fault(&r) {
             self.faulty_writes
                 .lock()
@@ -290,6 +320,14 @@ impl DiskState {
             writes: c.writes.load(Ordering::Relaxed),
             write_bytes: c.write_bytes.load(Ordering::Relaxed),
             read_errors: c.read_errors.load(Ordering::Relaxed),
+            write_errors: c.write_errors.load(Ordering::Relaxed),
+            write_faults: self
+                .write_faults
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|r| (r.start, r.end - r.start))
+                .collect(),
             discards: c.discards.load(Ordering::Relaxed),
             age_histogram: hist.into_iter().collect(),
             faults: self
@@ -587,6 +625,25 @@ mod tests {
         s.write(8200, &[1u8; 10]).unwrap();
         assert_eq!(s.stats().faulty_writes, vec![(8200, 10)]);
         assert_eq!(s.stats().read_errors, 1);
+    }
+
+    #[test]
+    fn write_faults_fail_writes_and_change_nothing() {
+        let (_f, s) = state(None);
+        s.write(0, &[7u8; 16384]).unwrap();
+        s.add_write_fault(4096, 4096);
+        assert_eq!(s.write(0, &[9u8; 8192]).unwrap_err(), Errno::EIO);
+        assert_eq!(
+            s.read(0, 16384).unwrap(),
+            vec![7u8; 16384],
+            "nothing written"
+        );
+        s.write(8192, &[9u8; 4096]).unwrap();
+        assert_eq!(s.read(8192, 4096).unwrap(), vec![9u8; 4096]);
+        let st = s.stats();
+        assert_eq!(st.write_errors, 1);
+        assert_eq!(st.write_faults, vec![(4096, 4096)]);
+        assert_eq!(st.read_errors, 0, "reads of the range still work");
     }
 
     #[test]

@@ -170,6 +170,11 @@ impl Drive {
         self.state.add_fault(offset, len);
     }
 
+    /// Writes touching the device range fail with EIO.
+    pub fn write_fault(&self, offset: u64, len: u64) {
+        self.state.add_write_fault(offset, len);
+    }
+
     pub fn stats(&self) -> Stats {
         self.state.stats()
     }

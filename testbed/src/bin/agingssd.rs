@@ -62,12 +62,16 @@ enum Cmd {
         #[arg(long)]
         months: f64,
     },
-    /// Reads touching device bytes [OFFSET, OFFSET+LEN) fail with EIO.
+    /// Reads (--eio) or writes (--write-eio) touching device bytes
+    /// [OFFSET, OFFSET+LEN) fail with EIO; a failed write changes nothing.
+    #[command(group(clap::ArgGroup::new("kind").required(true).args(["eio", "write_eio"])))]
     Fault {
         #[arg(long)]
         dir: PathBuf,
         #[arg(long, num_args = 2, value_names = ["OFFSET", "LEN"])]
-        eio: Vec<String>,
+        eio: Option<Vec<String>>,
+        #[arg(long, num_args = 2, value_names = ["OFFSET", "LEN"])]
+        write_eio: Option<Vec<String>>,
     },
     /// Reads, writes, age histogram, faulty ranges and writes into them.
     Stats {
@@ -191,7 +195,18 @@ fn run(cmd: Cmd) -> Result<()> {
             }
             cli::age(&dir, months)
         }
-        Cmd::Fault { dir, eio } => cli::fault(&dir, parse_size(&eio[0])?, parse_size(&eio[1])?),
+        Cmd::Fault {
+            dir,
+            eio,
+            write_eio,
+        } => {
+            let (range, write) = match (eio, write_eio) {
+                (Some(r), _) => (r, false),
+                (None, Some(r)) => (r, true),
+                (None, None) => unreachable!("clap requires one of --eio, --write-eio"),
+            };
+            cli::fault(&dir, parse_size(&range[0])?, parse_size(&range[1])?, write)
+        }
         Cmd::Stats { dir, json } => {
             let s = cli::stats(&dir)?;
             if json {
