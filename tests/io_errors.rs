@@ -402,3 +402,90 @@ fn punch_mid_refresh(kind: &'static str, relocate: bool, switches: UnsafeSwitche
         })
     }
 }
+
+#[test]
+fn privileged_kernel_refusing_move_ext_is_a_skip_with_its_answer() {
+    if !privileged("privileged_kernel_refusing_move_ext_is_a_skip_with_its_answer") {
+        return;
+    }
+    // ext4 with data=journal refuses EXT4_IOC_MOVE_EXT (EOPNOTSUPP).
+    let fs = LoopFs::with_mount_options("ext4j", 256, false, Some("data=journal"));
+    let f = fs.path("in-use");
+    let data = pattern(8 * MIB, 51);
+    write_file(&f, &data);
+    set_mtime(&f, OLD, 9);
+    fs.sync();
+    let holder = File::open(&f).unwrap();
+    let (code, files, _) = refresh_json(&[], &[&f]);
+    drop(holder);
+    let r = status_of(&files, &f);
+    assert_eq!(code, 0, "a refusal is a skip, not a failure: {r:#}");
+    assert_eq!(r["status"], "skipped", "{r:#}");
+    assert_eq!(r["reason"], "kernel_refused", "{r:#}");
+    let detail = r["detail"].as_str().unwrap();
+    assert!(detail.contains("EXT4_IOC_MOVE_EXT"), "{detail}");
+    assert!(detail.contains("not supported"), "{detail}");
+    assert!(std::fs::read(&f).unwrap() == data);
+    assert_eq!(mtime(&f), (OLD, 9));
+}
+
+/// Makes `dir` (empty, on an ext4 with the encrypt feature) an fscrypt v2
+/// encrypted directory with a fresh key, through the raw ioctls.
+fn encrypt_dir(mnt: &Path, dir: &Path) {
+    use std::os::fd::AsRawFd;
+    const FS_IOC_ADD_ENCRYPTION_KEY: libc::c_ulong = 0xC050_6617;
+    const FS_IOC_SET_ENCRYPTION_POLICY: libc::c_ulong = 0x800C_6613;
+    // struct fscrypt_add_key_arg (80 bytes) followed by a 64-byte raw key.
+    let mut arg = [0u8; 80 + 64];
+    arg[0..4].copy_from_slice(&2u32.to_ne_bytes()); // FSCRYPT_KEY_SPEC_TYPE_IDENTIFIER
+    arg[40..44].copy_from_slice(&64u32.to_ne_bytes()); // raw_size
+    for (i, b) in arg[80..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(37) ^ 0x5a;
+    }
+    let m = File::open(mnt).unwrap();
+    // SAFETY: arg is a valid fscrypt_add_key_arg with raw_size bytes after it.
+    let rc = unsafe { libc::ioctl(m.as_raw_fd(), FS_IOC_ADD_ENCRYPTION_KEY, arg.as_mut_ptr()) };
+    assert_eq!(rc, 0, "adding the key: {}", std::io::Error::last_os_error());
+    // struct fscrypt_policy_v2: version 2, AES-256-XTS, AES-256-CTS.
+    let mut policy = [0u8; 24];
+    policy[0] = 2;
+    policy[1] = 1;
+    policy[2] = 4;
+    policy[8..24].copy_from_slice(&arg[8..24]); // the key's identifier
+    let d = File::open(dir).unwrap();
+    // SAFETY: policy is a valid fscrypt_policy_v2.
+    let rc = unsafe { libc::ioctl(d.as_raw_fd(), FS_IOC_SET_ENCRYPTION_POLICY, policy.as_ptr()) };
+    assert_eq!(
+        rc,
+        0,
+        "setting the policy: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+#[test]
+fn privileged_encrypted_file_is_skipped_up_front() {
+    if !privileged("privileged_encrypted_file_is_skipped_up_front") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    run(Command::new("tune2fs").args(["-O", "encrypt"]).arg(&fs.dev));
+    let dir = fs.path("secret");
+    std::fs::create_dir(&dir).unwrap();
+    encrypt_dir(&fs.mnt, &dir);
+    let f = dir.join("f");
+    let data = pattern(4 * MIB, 61);
+    write_file(&f, &data);
+    set_mtime(&f, OLD, 3);
+    fs.sync();
+    let w0 = fs.bytes_written();
+    let (code, files, _) = refresh_json(&[], &[&f]);
+    let r = status_of(&files, &f);
+    assert_eq!(code, 0, "{r:#}");
+    assert_eq!(r["status"], "skipped", "{r:#}");
+    assert_eq!(r["reason"], "encrypted", "{r:#}");
+    fs.sync();
+    assert_eq!(fs.bytes_written(), w0, "nothing written");
+    assert!(std::fs::read(&f).unwrap() == data);
+    assert_eq!(mtime(&f), (OLD, 3));
+}

@@ -10,6 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::engine::{FileReport, Outcome};
 use crate::policy::HealthState;
 use crate::sampler::DriveSample;
 
@@ -71,6 +72,7 @@ pub struct Metrics {
     pub refreshed_bytes: Family<Dev, Counter>,
     pub files: Family<DevOutcome, Counter>,
     pub read_errors: Family<Dev, Counter>,
+    pub lease_exposed: Family<Dev, Counter>,
     pub last_refresh: Family<Dev, Gauge>,
     pub last_sample: Family<Dev, Gauge>,
     pub requests: Family<Verb, Counter>,
@@ -93,6 +95,7 @@ impl Metrics {
             refreshed_bytes: Family::default(),
             files: Family::default(),
             read_errors: Family::default(),
+            lease_exposed: Family::default(),
             last_refresh: Family::default(),
             last_sample: Family::default(),
             requests: Family::default(),
@@ -155,6 +158,13 @@ impl Metrics {
             m.read_errors.clone(),
         );
         r.register_with_unit(
+            "lease_exposed",
+            "Bytes written back after the kernel could have revoked the write lease: \
+             they may have overwritten another process's data (the file is reported failed)",
+            Unit::Bytes,
+            m.lease_exposed.clone(),
+        );
+        r.register_with_unit(
             "last_refresh_timestamp",
             "When the last refresh of the drive finished (Unix time)",
             Unit::Seconds,
@@ -194,6 +204,44 @@ impl Metrics {
         let mut s = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
+    }
+
+    /// Counts one file's refresh: outcome and reason, bytes, read errors,
+    /// writes exposed by a revoked lease.
+    pub fn record_report(&self, device: &str, report: &FileReport) {
+        let dev = Dev {
+            device: device.into(),
+        };
+        let (outcome, reason) = match &report.outcome {
+            Outcome::Refreshed | Outcome::WouldRefresh => ("refreshed", String::new()),
+            Outcome::Skipped { reason, .. } => (
+                "skipped",
+                serde_json::to_value(reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+            ),
+            Outcome::Interrupted { .. } => ("interrupted", String::new()),
+            Outcome::Failed { .. } if !report.lease_exposed.is_empty() => {
+                ("failed", "lease_revoked".to_string())
+            }
+            Outcome::Failed { .. } => ("failed", String::new()),
+        };
+        self.files
+            .get_or_create(&DevOutcome {
+                device: device.into(),
+                outcome: outcome.into(),
+                reason,
+            })
+            .inc();
+        self.refreshed_bytes
+            .get_or_create(&dev)
+            .inc_by(report.bytes_refreshed);
+        self.read_errors
+            .get_or_create(&dev)
+            .inc_by(report.read_errors.len() as u64);
+        let exposed: u64 = report.lease_exposed.iter().map(|r| r.len).sum();
+        self.lease_exposed.get_or_create(&dev).inc_by(exposed);
     }
 
     pub fn set_state(&self, device: &str, state: HealthState) {
@@ -258,5 +306,35 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Metrics {
         Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::report::Range;
+
+    #[test]
+    fn a_revoked_lease_is_counted_with_its_bytes_and_reason() {
+        let m = Metrics::new();
+        let mut r = FileReport::new(
+            "/srv/a".into(),
+            Outcome::Failed {
+                reason: "revoked".into(),
+            },
+        );
+        r.lease_exposed = vec![Range {
+            offset: 0,
+            len: 1 << 20,
+        }];
+        m.record_report("sda", &r);
+        m.record_report("sda", &FileReport::new("/srv/b".into(), Outcome::Refreshed));
+        let text = m.encode();
+        assert!(
+            text.contains("refreshd_lease_exposed_bytes_total{device=\"sda\"} 1048576"),
+            "{text}"
+        );
+        assert!(text.contains("reason=\"lease_revoked\""), "{text}");
+        assert!(!text.contains("/srv/"), "no file names in labels");
     }
 }

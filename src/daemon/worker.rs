@@ -597,39 +597,7 @@ fn refresh(
                 }
             }
         };
-        let (outcome, reason) = match &report.outcome {
-            Outcome::Refreshed | Outcome::WouldRefresh => ("refreshed", String::new()),
-            Outcome::Skipped { reason, .. } => (
-                "skipped",
-                serde_json::to_value(reason)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-            ),
-            Outcome::Interrupted { .. } => ("interrupted", String::new()),
-            Outcome::Failed { .. } => ("failed", String::new()),
-        };
-        shared
-            .metrics
-            .files
-            .get_or_create(&super::metrics::DevOutcome {
-                device: cell.label.clone(),
-                outcome: outcome.into(),
-                reason,
-            })
-            .inc();
-        shared
-            .metrics
-            .refreshed_bytes
-            .get_or_create(&dev)
-            .inc_by(report.bytes_refreshed);
-        if !report.read_errors.is_empty() {
-            shared
-                .metrics
-                .read_errors
-                .get_or_create(&dev)
-                .inc_by(report.read_errors.len() as u64);
-        }
+        shared.metrics.record_report(&cell.label, &report);
         progress.bytes_done = base + entry.size;
         progress.files_done += 1;
         match &report.outcome {

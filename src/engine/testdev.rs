@@ -36,6 +36,8 @@ pub struct MemDevice {
     pub bad: HashMap<RawFd, Vec<Range<u64>>>,
     /// Ranges whose writes fail with EIO (nothing written), per file.
     pub bad_writes: HashMap<RawFd, Vec<Range<u64>>>,
+    /// Ranges whose writes are short: only the first half is written.
+    pub short_writes: HashMap<RawFd, Vec<Range<u64>>>,
     pending: VecDeque<Request>,
     /// Every write submitted: (sequence number, fd, range), shared so a
     /// test can read it while a ring owns the device.
@@ -61,6 +63,7 @@ impl MemDevice {
             disk,
             bad: HashMap::new(),
             bad_writes: HashMap::new(),
+            short_writes: HashMap::new(),
             pending: VecDeque::new(),
             writes: WriteLog::default(),
             seq: Arc::default(),
@@ -116,7 +119,11 @@ impl MemDevice {
                 Err(io::Error::from_raw_os_error(libc::EIO))
             }
             Op::Write => {
-                let n = end - start;
+                let mut n = end - start;
+                if overlaps(self.short_writes.get(&r.fd), &range) {
+                    n /= 2;
+                }
+                let end = start + n;
                 data[start..end].copy_from_slice(&self.pool.get(r.buf)[..n]);
                 if self.corrupt_writes > 0 && n > 0 {
                     self.corrupt_writes -= 1;

@@ -222,6 +222,32 @@ fn a_write_error_fails_the_file_with_its_offset_and_writes_nothing_more() {
 }
 
 #[test]
+fn a_short_write_fails_the_file_with_its_offset() {
+    let data = pattern(64 * 1024, 0);
+    let (mut dev, disk) = device(&data);
+    dev.short_writes.insert(FD, vec![40_000..40_001]);
+    let seq = dev.seq.clone();
+    let mut ring = Ring::new(Box::new(dev));
+    let r = run_on(&mut ring, &mut watch(&seq, None), params(), 64 * 1024);
+    match r.error {
+        Some(ExecError::Write { offset, source, .. }) => {
+            assert_eq!(offset, 36_864);
+            assert!(
+                source.to_string().contains("short write of 2048 bytes"),
+                "{source}"
+            );
+        }
+        other => panic!("expected a short write error, got {other:?}"),
+    }
+    assert!(r.written < 64 * 1024);
+    assert_eq!(
+        bytes_of(&disk, FD),
+        data,
+        "the same bytes, as far as written"
+    );
+}
+
+#[test]
 fn stop_means_no_new_writes_and_a_resume_offset() {
     for after in [0, 1, 3, 6, 10] {
         let data = pattern(128 * 1024, 0);
