@@ -12,7 +12,8 @@
 //! file aged 6 months before every run, engine vs dd side by side
 //! (`REFRESHD_BENCH_AGED_MIB`, `REFRESHD_BENCH_AGED_ROUNDS`, default 3;
 //! `REFRESHD_BENCH_ONLY=aged` runs only this part). Last, relocation vs
-//! in place on aged data per filesystem (`REFRESHD_BENCH_ONLY=relocate`).
+//! in place on aged data per filesystem (`REFRESHD_BENCH_ONLY=relocate`),
+//! and relocation's throttle accuracy (`REFRESHD_BENCH_ONLY=relocate-rate`).
 //!
 //! `cargo bench` (root needed). `REFRESHD_BENCH_MIB` sets the file size
 //! (default 1024), `REFRESHD_BENCH_ROUNDS` the rounds (default 9), and
@@ -161,6 +162,10 @@ fn main() {
         eprintln!("SKIPPED refresh benchmark: needs root for loop devices");
         return;
     }
+    if std::env::var("REFRESHD_BENCH_ONLY").as_deref() == Ok("relocate-rate") {
+        relocate_rate();
+        return;
+    }
     if std::env::var("REFRESHD_BENCH_ONLY").as_deref() == Ok("relocate") {
         relocate();
         return;
@@ -254,6 +259,46 @@ fn main() {
     drop(fs);
     aged();
     relocate();
+    relocate_rate();
+}
+
+/// Relocation keeps `--rate`: per filesystem, a file in use (held open,
+/// so no lease) is first relocated unthrottled (the limit here), then a
+/// file sized for 12 s at half that limit is relocated with that rate; the
+/// achieved rate is printed as a ratio to the requested one (target
+/// 0.95..1.05). `REFRESHD_BENCH_RELOCATE_RATE_MIB` (default 128) sizes the
+/// unthrottled run.
+fn relocate_rate() {
+    let mib = env_u64("REFRESHD_BENCH_RELOCATE_RATE_MIB", 128);
+    println!("relocation throttle, a file in use, --strategy relocate:");
+    // ext4 with its journal: without one, MOVE_EXT answers EBUSY here.
+    for kind in ["ext4j", "xfs", "btrfs"] {
+        let fs = helpers::LoopFs::new(kind, (mib * 4 + 512).max(1024));
+        let file = fs.path("in-use");
+        make_file(&file, mib, 45);
+        fs.sync();
+        let holder = File::open(&file).unwrap();
+        let t0 = engine(&file, &["--strategy", "relocate"]);
+        drop(holder);
+        let limit = mib as f64 / t0.as_secs_f64();
+        // Half the limit, and a paced file that fits (at most 2 × mib).
+        let rate = ((limit / 2.0) as u64).clamp(1, (mib * 2 / 12).max(1));
+        let size = rate * 12;
+        let paced = fs.path("paced");
+        make_file(&paced, size, 46);
+        fs.sync();
+        let _holder = File::open(&paced).unwrap();
+        let t = engine(
+            &paced,
+            &["--strategy", "relocate", "--rate", &format!("{rate}MiB/s")],
+        );
+        let got = size as f64 / t.as_secs_f64();
+        println!(
+            "  {kind:<6} unthrottled {limit:>6.1} MiB/s; --rate {rate}MiB/s on {size} MiB: {:>6.2} s = {got:>6.2} MiB/s, ratio to the rate {:.3} (target 0.95..1.05)",
+            t.as_secs_f64(),
+            got / rate as f64
+        );
+    }
 }
 
 /// Relocation vs in-place on the same aged data, per filesystem: a file

@@ -584,7 +584,7 @@ fn relocate_units(mut r: Relocator<'_, '_>, units: &[Chunk], job: &mut FileJob<'
             });
             break;
         }
-        if let Err(why) = job.throttle.take_watching(u.len, &mut watch) {
+        if let Err(why) = job.throttle.take_unit_watching(u.len, &mut watch) {
             outcome = Some(Outcome::Interrupted {
                 offset: u.offset,
                 reason: why.to_string(),

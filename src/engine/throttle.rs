@@ -35,18 +35,35 @@ impl TokenBucket {
         self.burst as u64
     }
 
-    fn refill(&mut self, now: Duration) {
+    fn refill(&mut self, now: Duration, cap: f64) {
         if now > self.last {
             let dt = (now - self.last).as_secs_f64();
-            self.tokens = (self.tokens + dt * self.rate).min(self.burst);
+            self.tokens = (self.tokens + dt * self.rate).min(cap);
             self.last = now;
+        }
+    }
+
+    /// Takes a whole unit of `n` bytes at once, the bucket holding up to
+    /// `n` meanwhile: the time the previous unit's own work took counts
+    /// toward this one, so units paced back to back keep the rate even
+    /// when each takes a while to run (relocation). Never more than `n`
+    /// is granted before `n / rate` has passed since the bucket was empty.
+    pub fn take_unit(&mut self, n: u64, now: Duration) -> Result<(), Duration> {
+        let cap = (n as f64).max(self.burst);
+        self.refill(now, cap);
+        if self.tokens + 1e-6 >= n as f64 {
+            self.tokens -= n as f64;
+            Ok(())
+        } else {
+            let nanos = ((n as f64 - self.tokens) / self.rate * 1e9).ceil().max(1.0);
+            Err(Duration::from_nanos(nanos as u64))
         }
     }
 
     /// Takes `n` bytes' worth of tokens, or says how long to wait first.
     /// Requests larger than the burst are allowed once the bucket is full.
     pub fn take(&mut self, n: u64, now: Duration) -> Result<(), Duration> {
-        self.refill(now);
+        self.refill(now, self.burst);
         let need = (n as f64).min(self.burst);
         if self.tokens + 1e-6 >= need {
             // A request bigger than the burst leaves a debt that later
@@ -123,6 +140,25 @@ impl Throttle {
 
     pub fn rate(&self) -> Option<u64> {
         self.bucket.as_ref().map(TokenBucket::rate)
+    }
+
+    /// Waits for a whole unit of `n` bytes (see [`TokenBucket::take_unit`]),
+    /// still answering the watch.
+    pub fn take_unit_watching(&mut self, n: u64, watch: &mut dyn Watch) -> Result<(), StopReason> {
+        loop {
+            if let Some(why) = watch.should_stop() {
+                return Err(why);
+            }
+            let now = self.epoch.elapsed();
+            let r = match &mut self.bucket {
+                Some(b) => b.take_unit(n, now),
+                None => Ok(()),
+            };
+            match r {
+                Ok(()) => return Ok(()),
+                Err(wait) => std::thread::sleep(wait.min(POLL)),
+            }
+        }
     }
 
     pub fn try_take(&mut self, n: u64) -> Result<(), Duration> {
@@ -212,6 +248,26 @@ mod tests {
         assert_eq!(chunk_for_rate(1 << 20, Some(1 << 30), 4096), 1 << 20);
         assert_eq!(chunk_for_rate(1 << 20, Some(1 << 20), 4096), 49_152);
         assert_eq!(chunk_for_rate(1 << 20, Some(1000), 4096), 4096);
+    }
+
+    #[test]
+    fn units_paced_back_to_back_keep_the_rate_while_work_takes_time() {
+        // 8 MB units at 16 MB/s, each taking 0.4 s of work after its grant:
+        // one unit per 0.5 s, not per 0.9 s.
+        let mut b = TokenBucket::new(16_000_000, 1_000_000, Duration::ZERO);
+        let mut now = Duration::ZERO;
+        let mut grants = 0;
+        while now < Duration::from_secs(10) {
+            match b.take_unit(8_000_000, now) {
+                Ok(()) => {
+                    grants += 1;
+                    now += Duration::from_millis(400);
+                }
+                Err(wait) => now += wait,
+            }
+        }
+        assert!((19..=21).contains(&grants), "{grants} units in 10 s");
+        // Never ahead of the rate: 20 units need 10 s.
     }
 
     proptest! {
