@@ -188,6 +188,17 @@ impl UringBackend {
 /// all ones in a write).
 const CANCEL_TAG: u64 = u64::MAX;
 
+/// A request must name one of the pool's buffers and fit in it.
+fn check_request(pool: &BufferPool, req: &Request) -> io::Result<()> {
+    if req.len > pool.buf_len() || req.buf >= pool.count() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "request outside the buffer pool",
+        ));
+    }
+    Ok(())
+}
+
 fn u32_len(len: usize) -> io::Result<u32> {
     u32::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "request too large"))
 }
@@ -206,12 +217,7 @@ impl IoBackend for UringBackend {
     }
 
     unsafe fn submit(&mut self, req: Request) -> io::Result<()> {
-        if req.len > self.pool.buf_len() || req.buf >= self.pool.count() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "request outside the buffer pool",
-            ));
-        }
+        check_request(&self.pool, &req)?;
         let ptr = self.pool.ptr(req.buf);
         let len = u32_len(req.len)?;
         let idx = u16::try_from(req.buf).map_err(|_| io::Error::other("too many buffers"))?;
@@ -360,12 +366,7 @@ impl IoBackend for SyncBackend {
     }
 
     unsafe fn submit(&mut self, req: Request) -> io::Result<()> {
-        if req.len > self.pool.buf_len() || req.buf >= self.pool.count() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "request outside the buffer pool",
-            ));
-        }
+        check_request(&self.pool, &req)?;
         // SAFETY: the caller keeps the fd open until the completion is
         // reaped (this fn's contract); here it is used right away.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(req.fd) };
