@@ -49,6 +49,10 @@ fn drop_caches() {
 fn engine(file: &Path, extra: &[&str]) -> Duration {
     let t = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_refreshd"))
+        .env(
+            "REFRESHD_STATE_DIR",
+            concat!(env!("CARGO_TARGET_TMPDIR"), "/bench-state"),
+        )
         .args(["refresh", "--no-progress"])
         .args(extra)
         .arg(file)

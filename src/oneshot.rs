@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::engine::{BackendChoice, Engine, EngineConfig, FileReport, Outcome};
+use crate::inventory::journal::{self, Journal, RecoveryOutcome};
 use crate::units::format_size;
 use crate::walk;
 
@@ -35,7 +36,14 @@ pub struct RefreshOptions {
     pub progress: bool,
     /// Largest relocation unit.
     pub relocate_chunk: u64,
+    /// The crash-recovery journal's state directory (`None`: the daemon's
+    /// default, when writable).
+    pub state_dir: Option<PathBuf>,
 }
+
+/// Where the daemon keeps its state by default, and the one-shot its
+/// recovery journal.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/refreshd";
 
 /// Errors that stop the command before any file is touched.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +52,58 @@ pub enum UsageError {
     Path(#[from] walk::PathError),
     #[error(transparent)]
     Engine(#[from] crate::engine::EngineError),
+    #[error("--state-dir {path}: cannot keep the recovery journal there: {source}")]
+    StateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Opens the recovery journal and puts back what a killed run moved. With
+/// no `--state-dir` and the default unusable (not root, read-only), runs
+/// without one and says so.
+fn journal_for(opts: &RefreshOptions) -> Result<Option<Arc<Journal>>, UsageError> {
+    if opts.dry_run {
+        return Ok(None);
+    }
+    let journal = match &opts.state_dir {
+        Some(dir) => Journal::open(dir).map_err(|source| UsageError::StateDir {
+            path: dir.clone(),
+            source,
+        })?,
+        None => match Journal::open(std::path::Path::new(DEFAULT_STATE_DIR)) {
+            Ok(j) => j,
+            Err(e) => {
+                eprintln!(
+                    "warning: no recovery journal ({DEFAULT_STATE_DIR}: {e}; choose one with \
+                     --state-dir): if this run is killed, the mtime of the file it is writing \
+                     stays moved"
+                );
+                return Ok(None);
+            }
+        },
+    };
+    match journal::recover(&journal) {
+        Ok(done) => {
+            for r in done {
+                let what = match &r.outcome {
+                    RecoveryOutcome::Restored => {
+                        "put back the atime and mtime an interrupted run had moved".to_string()
+                    }
+                    RecoveryOutcome::Left(why) => {
+                        format!("interrupted run: mtime left as it is ({why})")
+                    }
+                    RecoveryOutcome::Deferred(why) => {
+                        format!("interrupted run: recovery deferred ({why})")
+                    }
+                };
+                eprintln!("recovery: {}: {what}", r.path.display());
+            }
+        }
+        Err(e) => eprintln!("warning: reading the recovery journal: {e}"),
+    }
+    Ok(Some(Arc::new(journal)))
 }
 
 /// Totals over a run.
@@ -113,6 +173,7 @@ impl Summary {
 /// Runs the command; returns the exit code (0 or 1) or a usage error (2).
 pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageError> {
     let walked = walk::walk(&opts.paths)?;
+    let journal = journal_for(opts)?;
     let cfg = EngineConfig {
         rate: opts.rate,
         chunk: opts.chunk,
@@ -125,6 +186,7 @@ pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageE
         cancel: cancel.clone(),
         strategy: opts.strategy,
         relocate_chunk: opts.relocate_chunk,
+        journal,
         unsafe_switches: Default::default(),
     };
     let engine = Engine::start(cfg)?;

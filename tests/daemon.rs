@@ -2,213 +2,16 @@
 //! filesystems, driven through `refreshctl`, scraped over HTTP (and by a
 //! real Prometheus), killed and restarted.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::daemon_harness::*;
 use crate::helpers::*;
 use refreshd::drive::disk_stats;
-use refreshd::inventory::now_secs;
-use refreshd::sampler::MONTH;
 use serde_json::Value;
-use testbed::{Drive, DriveOptions, Model};
-
-const MIB: usize = 1 << 20;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A running daemon; killed (SIGKILL) on drop if still running.
-struct Daemon {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Writes a config for `tree` with short intervals; `extra` goes into
-/// `[defaults]`.
-fn config(dir: &Path, tree: &Path, port: u16, extra: &str) -> PathBuf {
-    let p = dir.join("refreshd.toml");
-    let mut defaults: Vec<String> = [
-        "scan_interval = \"30s\"",
-        "sample_interval = \"2s\"",
-        "sample_bytes = \"32MiB\"",
-        "min_free = \"64MiB\"",
-        "rate = \"400MiB/s\"",
-    ]
-    .iter()
-    .map(|l| l.to_string())
-    .collect();
-    for line in extra.lines().filter(|l| !l.trim().is_empty()) {
-        let key = line.split('=').next().unwrap().trim();
-        defaults.retain(|l| l.split('=').next().unwrap().trim() != key);
-        defaults.push(line.to_string());
-    }
-    std::fs::write(
-        &p,
-        format!(
-            "state_dir = \"{d}/state\"\ncontrol_socket = \"{d}/run/control.sock\"\nmetrics_listen = \"127.0.0.1:{port}\"\n\n[defaults]\n{defaults}\n\n[[paths]]\npath = \"{t}\"\n",
-            d = dir.display(),
-            t = tree.display(),
-            defaults = defaults.join("\n"),
-        ),
-    )
-    .unwrap();
-    p
-}
-
-impl Daemon {
-    fn start(dir: &Path, cfg: &Path, port: u16) -> Daemon {
-        Daemon::start_with(dir, cfg, port, &[])
-    }
-
-    /// Like [`Daemon::start`], with extra environment variables.
-    fn start_with(dir: &Path, cfg: &Path, port: u16, env: &[(&str, &str)]) -> Daemon {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("daemon.log"))
-            .unwrap();
-        let child = refreshd()
-            .args(["run", "--config"])
-            .arg(cfg)
-            .env("RUST_LOG", "refreshd=info")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let d = Daemon {
-            child,
-            dir: dir.to_path_buf(),
-            port,
-        };
-        let t = Instant::now();
-        while !d.socket().exists() || d.ctl(&["status"]).0 != 0 {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "daemon did not come up: {}",
-                d.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        d
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.join("run/control.sock")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
-    }
-
-    /// Runs refreshctl; returns (exit code, stdout, stderr).
-    fn ctl(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_refreshctl"))
-            .arg("--socket")
-            .arg(self.socket())
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    fn status(&self) -> Value {
-        let (code, out, err) = self.ctl(&["--json", "status"]);
-        assert_eq!(code, 0, "{err}");
-        serde_json::from_str::<Value>(&out).unwrap()["drives"][0].clone()
-    }
-
-    fn metrics(&self) -> String {
-        http_get(self.port, "/metrics")
-    }
-
-    /// Waits until `f` holds, up to `secs`.
-    fn wait_for(&self, what: &str, secs: u64, mut f: impl FnMut(&Daemon) -> bool) {
-        let t = Instant::now();
-        while !f(self) {
-            assert!(
-                t.elapsed() < Duration::from_secs(secs),
-                "timed out waiting for {what}\nstatus: {:#}\nlog:\n{}",
-                self.status(),
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// The value of a metric line `name{labels}` (labels must match exactly).
-fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-/// A 1 GiB testbed drive with decay model `model`.
-fn drive(dir: &Path, model: &str) -> Drive {
-    let opts = DriveOptions {
-        size: 1 << 30,
-        model: Model::preset(model).unwrap(),
-        ..DriveOptions::default()
-    };
-    Drive::up(dir, &opts).unwrap()
-}
-
-/// refreshd_refreshed_bytes_total of the (only) drive, 0 before any.
-fn refreshed_bytes(m: &str) -> f64 {
-    m.lines()
-        .find(|l| l.starts_with("refreshd_refreshed_bytes_total"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0)
-}
-
-fn signal(d: &Daemon, sig: nix::sys::signal::Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.child.id() as i32), sig).unwrap();
-}
-
-/// `n` files of `mib` MiB under `dir`, mtime 6 months ago.
-fn stale_files(root: &Path, n: usize, mib: usize, seed: u64) -> Vec<PathBuf> {
-    std::fs::create_dir_all(root).unwrap();
-    (0..n)
-        .map(|i| {
-            let p = root.join(format!("seg{i}"));
-            write_file(&p, &pattern(mib * MIB, seed + i as u64));
-            set_mtime(&p, now_secs() - (6.0 * MONTH) as i64, 0);
-            p
-        })
-        .collect()
-}
+use testbed::Drive;
 
 #[test]
 fn privileged_daemon_finds_and_fixes_a_degraded_drive() {
@@ -392,8 +195,11 @@ fn privileged_refreshctl_now_wait_pause_and_resume() {
 
 /// Starts a forced refresh of one 96 MiB file at 24 MiB/s and kills the
 /// daemon (SIGKILL) 40 MiB into it. Returns the drive (kept up), the file
-/// and its fingerprint from before.
-fn killed_mid_file(dir: &Path) -> (Drive, PathBuf, Fingerprint) {
+/// and its fingerprint from before, and whether the file's (mtime, ctime)
+/// are exactly what the journal record says the daemon's own writes left
+/// (no write in flight at the kill: only then can recovery prove the move
+/// was its own).
+fn killed_mid_file(dir: &Path) -> (Drive, PathBuf, Fingerprint, bool) {
     let d = drive(dir, "none");
     let tree = d.path("index");
     let file = stale_files(&tree, 1, 96, 21).remove(0);
@@ -409,7 +215,30 @@ fn killed_mid_file(dir: &Path) -> (Drive, PathBuf, Fingerprint) {
     });
     daemon.child.kill().unwrap(); // SIGKILL: no chance to clean up
     daemon.child.wait().unwrap();
-    (d, file, before)
+    let exact = journal_matches(&dir.join("state"), &file);
+    (d, file, before, exact)
+}
+
+/// Whether the one journal record under `state` holds `file`'s current
+/// (mtime, ctime) as what refreshd's own writes left.
+fn journal_matches(state: &Path, file: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let rec = std::fs::read_dir(state.join("journal"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .expect("a journal record after the kill");
+    let text = std::fs::read_to_string(rec.path()).unwrap();
+    let r: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let m = std::fs::metadata(file).unwrap();
+    let now = (
+        m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+    );
+    now == (
+        r["left_mtime_ns"].as_i64().unwrap(),
+        r["left_ctime_ns"].as_i64().unwrap(),
+    )
 }
 
 const KILL_SETTINGS: &str = "rate = \"24MiB/s\"\nsample_interval = \"1h\"\n";
@@ -419,50 +248,64 @@ fn privileged_daemon_resumes_from_its_checkpoint_after_kill_9() {
     if !privileged("privileged_daemon_resumes_from_its_checkpoint_after_kill_9") {
         return;
     }
-    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let (d, file, before) = killed_mid_file(tmp.path());
-    let port = free_port();
-    let cfg = config(tmp.path(), &d.path("index"), port, KILL_SETTINGS);
-    let daemon = Daemon::start(tmp.path(), &cfg, port);
-    let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
-    assert_eq!(code, 0, "{out}{err}");
-    let log = daemon.log();
-    let resumed = log
-        .lines()
-        .find(|l| l.contains("resuming from checkpoint"))
-        .unwrap_or_else(|| panic!("no resume in the log:\n{log}"));
-    let skip: u64 = resumed
-        .split("skip=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap();
-    assert!(skip >= 32 << 20, "resumed at {skip}");
-    let m = daemon.metrics();
-    let second = refreshed_bytes(&m) as u64;
-    assert_eq!(second, (96 << 20) - skip, "only the rest was rewritten");
-    drop(daemon);
-    assert_eq!(fingerprint(&file), before, "contents and mtime intact");
+    // A kill while a write is in flight leaves the mtime moved (recovery
+    // cannot prove the move was its own): then the file looks freshly
+    // written and is not resumed. Retry until the kill lands between
+    // writes, the usual case.
+    for attempt in 0..4 {
+        let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+        let (d, file, before, exact) = killed_mid_file(tmp.path());
+        let port = free_port();
+        let cfg = config(tmp.path(), &d.path("index"), port, KILL_SETTINGS);
+        let daemon = Daemon::start(tmp.path(), &cfg, port);
+        if !exact {
+            drop(daemon);
+            let after = fingerprint(&file);
+            assert_eq!(after.hash, before.hash, "contents intact");
+            assert_ne!(after.mtime, before.mtime, "not provably ours: left moved");
+            eprintln!("attempt {attempt}: a write was in flight at the kill");
+            continue;
+        }
+        let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
+        assert_eq!(code, 0, "{out}{err}");
+        let log = daemon.log();
+        assert!(log.contains("restored the atime and mtime"), "{log}");
+        let resumed = log
+            .lines()
+            .find(|l| l.contains("resuming from checkpoint"))
+            .unwrap_or_else(|| panic!("no resume in the log:\n{log}"));
+        let skip: u64 = resumed
+            .split("skip=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .unwrap();
+        assert!(skip >= 32 << 20, "resumed at {skip}");
+        let m = daemon.metrics();
+        let second = refreshed_bytes(&m) as u64;
+        assert_eq!(second, (96 << 20) - skip, "only the rest was rewritten");
+        drop(daemon);
+        assert_eq!(fingerprint(&file), before, "contents and mtime intact");
+        return;
+    }
+    panic!("every kill landed while a write was in flight");
 }
 
-/// The mtime recovery is what puts the time back: without it the file
-/// keeps the mtime of the daemon's last write before the crash (and, now
-/// looking freshly written, is not even planned again).
+/// The journal is what puts the time back: a daemon restarted on another
+/// state directory finds no record, and the file keeps the mtime of the
+/// killed daemon's last write (and, looking freshly written, is not even
+/// planned again).
 #[test]
-fn privileged_without_mtime_recovery_a_crash_leaves_a_moved_mtime() {
-    if !privileged("privileged_without_mtime_recovery_a_crash_leaves_a_moved_mtime") {
+fn privileged_without_its_journal_a_crash_leaves_a_moved_mtime() {
+    if !privileged("privileged_without_its_journal_a_crash_leaves_a_moved_mtime") {
         return;
     }
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let (d, file, before) = killed_mid_file(tmp.path());
+    let (d, file, before, _) = killed_mid_file(tmp.path());
+    let other = tempfile::tempdir_in("/var/tmp").unwrap();
     let port = free_port();
-    let cfg = config(tmp.path(), &d.path("index"), port, KILL_SETTINGS);
-    let daemon = Daemon::start_with(
-        tmp.path(),
-        &cfg,
-        port,
-        &[("REFRESHD_UNSAFE_NO_MTIME_RECOVERY", "1")],
-    );
+    let cfg = config(other.path(), &d.path("index"), port, KILL_SETTINGS);
+    let daemon = Daemon::start(other.path(), &cfg, port);
     let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
     assert_eq!(code, 0, "{out}{err}");
     drop(daemon);
@@ -470,7 +313,7 @@ fn privileged_without_mtime_recovery_a_crash_leaves_a_moved_mtime() {
     assert_eq!(after.hash, before.hash, "contents are intact either way");
     assert_ne!(
         after.mtime, before.mtime,
-        "without the recovery the mtime stays moved"
+        "without the journal the mtime stays moved"
     );
 }
 

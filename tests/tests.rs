@@ -5,6 +5,8 @@
 
 mod cli;
 mod daemon;
+mod daemon_harness;
+mod daemon_recovery;
 mod drives;
 mod guards;
 mod helpers;
@@ -13,6 +15,7 @@ mod layout;
 mod lease;
 mod packaging;
 mod read_errors;
+mod recovery;
 mod relocate;
 mod skips;
 mod survey;

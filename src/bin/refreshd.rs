@@ -124,6 +124,11 @@ struct RefreshArgs {
     /// Largest unit the kernel relocates at once (the free space it needs).
     #[arg(long, value_name = "SIZE", default_value = "64MiB")]
     relocate_chunk: ByteSize,
+    /// Where the crash-recovery journal lives (default: the daemon's
+    /// /var/lib/refreshd when it is writable; without one, a killed run
+    /// leaves the mtime of the file it was writing moved).
+    #[arg(long, value_name = "DIR", env = "REFRESHD_STATE_DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -168,6 +173,7 @@ fn main() -> ExitCode {
                 min_free: a.min_free.map(|s| s.0),
                 progress: !a.no_progress,
                 relocate_chunk: a.relocate_chunk.0,
+                state_dir: a.state_dir,
             };
             let cancel = oneshot::install_cancel_handler();
             match oneshot::run(&opts, cancel) {

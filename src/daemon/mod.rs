@@ -31,6 +31,8 @@ pub struct Shared {
     stopping: AtomicBool,
     pub started: Instant,
     backend: Mutex<Option<String>>,
+    /// The crash-recovery journal every drive's engine writes to.
+    pub journal: Arc<crate::inventory::journal::Journal>,
 }
 
 impl Shared {
@@ -159,6 +161,12 @@ pub fn run(config_path: &Path) -> Result<()> {
     let _lock = lock_state_dir(&cfg.state_dir)?;
     // The state database must open (and be ours) before anything starts.
     crate::inventory::Store::open(&cfg.state_dir)?;
+    // Put back what a killed run moved, before any worker writes again.
+    let journal = crate::inventory::journal::Journal::open(&cfg.state_dir)
+        .with_context(|| format!("the recovery journal in {}", cfg.state_dir.display()))?;
+    if let Err(e) = crate::inventory::journal::recover(&journal) {
+        tracing::warn!("reading the recovery journal: {e}");
+    }
     let drives = drive_cells(&cfg);
     if drives.is_empty() {
         bail!("none of the configured paths could be mapped to a drive");
@@ -171,6 +179,7 @@ pub fn run(config_path: &Path) -> Result<()> {
         stopping: AtomicBool::new(false),
         started: Instant::now(),
         backend: Mutex::new(None),
+        journal: Arc::new(journal),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -170,7 +170,6 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             return;
         }
     };
-    recover(&store, &cell);
     let mut next_scan = Instant::now();
     let mut next_sample = Instant::now();
     let mut files: Vec<FileRecord> = vec![];
@@ -250,79 +249,6 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             .saturating_duration_since(Instant::now())
             .min(Duration::from_secs(30));
         let _ = cell.wake.wait_timeout(st, wait);
-    }
-}
-
-/// After a crash mid-file (kill -9, power loss), the file's mtime is that
-/// of our last write: the engine restores it only when the file is done.
-/// While we wrote, we held the exclusive lease, so nobody else can have
-/// written before the crash; a write by someone else after it carries a
-/// later mtime. So an mtime no later than our last checkpoint (+2 s) is
-/// ours: put the original back, and the checkpoint stays valid for
-/// resuming. A later mtime is someone else's: the file is planned afresh.
-fn recover(store: &Store, cell: &DriveCell) {
-    // Test-only: shows what this recovery protects (tests/daemon.rs).
-    if std::env::var_os("REFRESHD_UNSAFE_NO_MTIME_RECOVERY").is_some() {
-        tracing::warn!("REFRESHD_UNSAFE_NO_MTIME_RECOVERY set: mtimes are not recovered");
-        return;
-    }
-    for root in &cell.roots {
-        let Ok(cps) = store.checkpoints(root) else {
-            continue;
-        };
-        for (f, orig_mtime, updated) in cps {
-            let Ok(fd) = rustix::fs::openat2(
-                rustix::fs::CWD,
-                &f.path,
-                rustix::fs::OFlags::PATH
-                    | rustix::fs::OFlags::NOFOLLOW
-                    | rustix::fs::OFlags::CLOEXEC,
-                rustix::fs::Mode::empty(),
-                rustix::fs::ResolveFlags::NO_SYMLINKS,
-            ) else {
-                let _ = store.clear_checkpoint(f.dev, f.ino);
-                continue;
-            };
-            let Ok(st) = rustix::fs::fstat(&fd) else {
-                continue;
-            };
-            if st.st_ino != f.ino || st.st_dev != f.dev {
-                let _ = store.clear_checkpoint(f.dev, f.ino);
-                continue;
-            }
-            let mtime_ns = st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64;
-            if mtime_ns == orig_mtime {
-                continue;
-            }
-            if st.st_mtime <= updated + 2 {
-                // Reopen for writing the times through the same inode.
-                let proc = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
-                let ts = rustix::fs::Timestamps {
-                    last_access: rustix::fs::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: rustix::fs::UTIME_OMIT,
-                    },
-                    last_modification: rustix::fs::Timespec {
-                        tv_sec: orig_mtime.div_euclid(1_000_000_000),
-                        tv_nsec: orig_mtime.rem_euclid(1_000_000_000),
-                    },
-                };
-                match rustix::fs::utimensat(
-                    rustix::fs::CWD,
-                    proc.as_str(),
-                    &ts,
-                    rustix::fs::AtFlags::empty(),
-                ) {
-                    Ok(()) => {
-                        tracing::info!(path = %f.path.display(), "restored the mtime after an interrupted refresh")
-                    }
-                    Err(e) => tracing::warn!(path = %f.path.display(), "restoring the mtime: {e}"),
-                }
-            } else {
-                tracing::info!(path = %f.path.display(), "changed since the interrupted refresh: planned afresh");
-                let _ = store.clear_checkpoint(f.dev, f.ino);
-            }
-        }
     }
 }
 
@@ -496,6 +422,7 @@ fn refresh(
         min_free: Some(s.min_free),
         cancel: cell.cancel.clone(),
         strategy: s.strategy,
+        journal: Some(shared.journal.clone()),
         ..EngineConfig::default()
     }) {
         Ok(e) => e,
@@ -621,9 +548,12 @@ fn refresh(
                 break;
             }
             Outcome::Skipped { detail, .. } => {
+                // A resume point is only for the same file interrupted.
+                let _ = store.clear_checkpoint(rec.dev, rec.ino);
                 tracing::info!(path = %rec.path.display(), %detail, "skipped");
             }
             Outcome::Failed { reason } => {
+                let _ = store.clear_checkpoint(rec.dev, rec.ino);
                 tracing::warn!(path = %rec.path.display(), %reason, "failed");
             }
             Outcome::WouldRefresh => {}

@@ -23,6 +23,7 @@ use super::report::{FileReport, Outcome, Range, SkipReason};
 use super::throttle::Throttle;
 use super::{inplace, relocate, EngineConfig, EngineError, Progress};
 use crate::config::Strategy;
+use crate::inventory::journal::Record;
 
 /// What a strategy hands back to the driver.
 #[derive(Debug)]
@@ -54,6 +55,9 @@ pub(crate) struct FileJob<'a, 'fd> {
     pub progress: &'a mut dyn FnMut(u64),
     /// I/O priority for writes (never the idle class, see `sys`).
     pub write_ioprio: u16,
+    /// The crash-recovery record, opened by the in-place strategy before
+    /// its first write and settled by the driver.
+    pub record: &'a mut Option<Record>,
 }
 
 /// The I/O thread's state: the ring with its buffers, and the throttle.
@@ -209,6 +213,7 @@ fn refresh_file(
         opened.lease_taken_at,
         lease::lease_break_time(),
     );
+    let mut record: Option<Record> = None;
     let done = {
         // The handle lives in this block: every request is reaped when it
         // ends, before timestamps, sync and the lease's release below.
@@ -232,11 +237,12 @@ fn refresh_file(
                     report: &mut report,
                     progress,
                     write_ioprio: io.write_ioprio,
+                    record: &mut record,
                 },
             ),
         }
     };
-    report.outcome = finish(&opened, &clock, done, &mut report, cfg);
+    report.outcome = finish(&opened, &clock, done, &mut report, cfg, &mut record);
     release(opened);
     report.elapsed_s = start.elapsed().as_secs_f64();
     match &report.outcome {
@@ -287,9 +293,13 @@ fn finish(
     done: Done,
     report: &mut FileReport,
     cfg: &EngineConfig,
+    record: &mut Option<Record>,
 ) -> Outcome {
     let fd = o.fd.as_fd();
     let mut failure: Option<String> = None;
+    // The record is settled once the times are back, or once we know they
+    // must never be put back; a failed restore keeps it for recovery.
+    let mut settled = true;
     if !report.lease_exposed.is_empty() {
         let total: u64 = report.lease_exposed.iter().map(|r| r.len).sum();
         let first = report.lease_exposed[0];
@@ -309,6 +319,7 @@ fn finish(
         } else if clock.still_ours(TIMES_MARGIN) {
             if let Err(e) = rustix::fs::futimens(fd, &o.meta.timestamps()) {
                 failure = Some(format!("restoring atime/mtime: {e}"));
+                settled = false;
             }
         } else {
             failure = Some(
@@ -320,6 +331,13 @@ fn finish(
     }
     if let Err(e) = rustix::fs::fsync(fd) {
         failure.get_or_insert(format!("fsync: {}", io::Error::from(e)));
+    }
+    if settled {
+        if let Some(r) = record.take() {
+            if let Err(e) = r.finish() {
+                tracing::warn!("removing the recovery record: {e}");
+            }
+        }
     }
     if done.wrote_in_place && report.lease_exposed.is_empty() {
         if let Some(msg) = layout_changed(&o.meta, fd) {

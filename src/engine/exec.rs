@@ -335,6 +335,9 @@ impl Exec<'_, '_> {
                     self.res.exposed.push(ch.offset..ch.end());
                 }
                 self.write_done(s, chunk, hash, retried, c.result, progress);
+                if self.window.in_flight() == 0 {
+                    watch.quiescent();
+                }
             }
             (
                 Slot::Verifying {
@@ -589,6 +592,7 @@ impl Narrow<'_, '_> {
     /// Writes back one readable piece; false on a write error (recorded).
     fn write(&mut self, offset: u64, len: u64) -> bool {
         let result = self.io.sync(0, Op::Write, offset, len as usize);
+        self.watch.quiescent();
         if self
             .watch
             .lease_deadline()

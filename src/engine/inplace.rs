@@ -18,11 +18,14 @@ use super::plan::{self, Chunk, PlanParams};
 use super::report::{Outcome, Range, ReadError, SkipReason};
 use super::sys::{read_exact_at, write_all_at};
 use super::throttle::{StopReason, Throttle, Watch};
+use crate::inventory::journal::{self, Entry, Record};
 
 /// The executor's watch on a real file: cancel, the lease, free space.
 struct FileWatch<'a, 'fd> {
     fd: BorrowedFd<'a>,
     clock: &'a mut LeaseClock<'fd>,
+    /// The crash-recovery record, when there is a journal.
+    record: Option<&'a mut Record>,
     cancel: &'a AtomicBool,
     /// Watermark, when free space must be checked.
     watermark: Option<u64>,
@@ -34,9 +37,31 @@ impl Watch for FileWatch<'_, '_> {
             return Some(StopReason::Cancelled);
         }
         if !self.clock.check() {
+            if let Some(r) = self.record.as_deref_mut() {
+                if let Err(e) = r.lease_broken() {
+                    tracing::warn!("recording the lease break: {e}");
+                }
+            }
             return Some(StopReason::LeaseBroken);
         }
         None
+    }
+
+    fn quiescent(&mut self) {
+        let Some(r) = self.record.as_deref_mut() else {
+            return;
+        };
+        match rustix::fs::fstat(self.fd) {
+            Ok(st) => {
+                let ns = |s: i64, n: u64| s * 1_000_000_000 + n as i64;
+                let m = ns(st.st_mtime, st.st_mtime_nsec);
+                let c = ns(st.st_ctime, st.st_ctime_nsec);
+                if let Err(e) = r.observe(m, c) {
+                    tracing::warn!("updating the recovery record: {e}");
+                }
+            }
+            Err(e) => tracing::warn!("fstat for the recovery record: {e}"),
+        }
     }
 
     fn space_for(&mut self, len: u64) -> Result<(), StopReason> {
@@ -119,9 +144,22 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
         None
     };
     let lease_break = job.clock.leased().then(|| job.clock.break_time());
+    if job.clock.leased() {
+        if let Some(j) = &cfg.journal {
+            match begin_record(j, fd) {
+                Ok(r) => *job.record = Some(r),
+                Err(e) => {
+                    let reason =
+                        format!("writing the recovery journal in {}: {e}", j.dir().display());
+                    return Done::new(Outcome::Failed { reason }, false);
+                }
+            }
+        }
+    }
     let mut watch = FileWatch {
         fd,
         clock: &mut *job.clock,
+        record: job.record.as_mut(),
         cancel: &cfg.cancel,
         watermark,
     };
@@ -206,6 +244,24 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
     Done::new(outcome, true)
 }
 
+/// Opens the file's crash-recovery record under the lease, before the
+/// first write: who it is, its times now, where it is.
+fn begin_record(j: &journal::Journal, fd: BorrowedFd<'_>) -> io::Result<Record> {
+    let taken = journal::observe(fd)?;
+    let path = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ))?;
+    j.begin(Entry {
+        version: journal::VERSION,
+        path,
+        taken,
+        left_mtime_ns: taken.mtime_ns,
+        left_ctime_ns: taken.ctime_ns,
+        lease_broken: false,
+    })
+}
+
 struct BufferedResult {
     written: u64,
     bad: Vec<ReadError>,
@@ -265,6 +321,7 @@ impl Buffered<'_> {
                 .take_watching(c.len, self.watch)
                 .map_err(|why| BufferedError::Stop(why, c.offset))?;
             let written = write_all_at(fd, &buf, c.offset);
+            self.watch.quiescent();
             if self
                 .watch
                 .lease_deadline()

@@ -106,6 +106,11 @@ impl WriteWindow {
         }
     }
 
+    /// Writes in flight.
+    pub fn in_flight(&self) -> usize {
+        self.count
+    }
+
     /// May a write of `len` bytes start now?
     pub fn admits(&self, len: u64) -> bool {
         let Some(budget) = self.budget else {

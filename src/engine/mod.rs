@@ -86,6 +86,10 @@ pub struct EngineConfig {
     pub strategy: crate::config::Strategy,
     /// Largest relocation unit.
     pub relocate_chunk: u64,
+    /// Where in-place refreshes record what to put back after a crash
+    /// (see `inventory::journal`); `None`: a killed run leaves the mtime
+    /// of the file it was writing moved.
+    pub journal: Option<Arc<crate::inventory::journal::Journal>>,
     #[doc(hidden)]
     pub unsafe_switches: UnsafeSwitches,
 }
@@ -104,6 +108,7 @@ impl Default for EngineConfig {
             cancel: Arc::new(AtomicBool::new(false)),
             strategy: crate::config::Strategy::Auto,
             relocate_chunk: relocate::DEFAULT_RELOCATE_CHUNK,
+            journal: None,
             unsafe_switches: UnsafeSwitches::default(),
         }
     }

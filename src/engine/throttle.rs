@@ -120,6 +120,9 @@ pub trait Watch {
     fn lease_deadline(&self) -> Option<Instant> {
         None
     }
+    /// No write of ours is in flight now (after one completed): the
+    /// file's times are exactly what our own writes left.
+    fn quiescent(&mut self) {}
 }
 
 /// The rate limit shared by every file an engine refreshes.

@@ -15,6 +15,7 @@
 //! Renames keep a file's history (its (dev, ino) is the key); deletions are
 //! applied at the end of a scan, after every directory has been seen.
 
+pub mod journal;
 mod scan;
 mod store;
 

@@ -122,10 +122,12 @@ impl Store {
     fn init(conn: Connection, path: PathBuf) -> Result<Store, StoreError> {
         let store = Store { conn, path };
         store.db(store.conn.execute_batch(
-            "PRAGMA journal_mode = WAL;
+            // busy_timeout first: switching to WAL needs a lock another
+            // connection (another drive's worker) may hold at that moment.
+            "PRAGMA busy_timeout = 5000;
+             PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
              PRAGMA cache_size = -16384;
-             PRAGMA busy_timeout = 5000;
              CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS dirs (
                  id INTEGER PRIMARY KEY,

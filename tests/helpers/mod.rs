@@ -234,8 +234,16 @@ pub fn set_mtime(path: &Path, secs: i64, nsec: i64) {
 }
 
 /// The `refreshd` binary built for this test run.
+/// Its recovery journal goes to cargo's temp dir for tests, never into
+/// the machine's /var/lib/refreshd (tests that test recovery pass their
+/// own `--state-dir`).
 pub fn refreshd() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_refreshd"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_refreshd"));
+    c.env(
+        "REFRESHD_STATE_DIR",
+        concat!(env!("CARGO_TARGET_TMPDIR"), "/oneshot-state"),
+    );
+    c
 }
 
 /// Runs `refreshd refresh --json ARGS`; returns (exit code, per-file

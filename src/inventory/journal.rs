@@ -1,0 +1,382 @@
+//! The recovery journal: what refreshd must put back if it dies while it
+//! rewrites a file in place (kill -9, OOM, power loss), and only that.
+//!
+//! In-place writes move a file's mtime (and ctime); the engine puts the
+//! mtime back when the file is done. If the process dies first, the file
+//! keeps the time of refreshd's last write, and backup or sync tools that
+//! trust mtime would see a change that never happened. So, per file being
+//! rewritten, one record in `state_dir/journal/`:
+//!
+//! 1. Written and `fdatasync`ed under the write lease, *before the first
+//!    write*: identity (dev, ino, btime, inode generation), the atime and
+//!    mtime to put back, and the (mtime, ctime) the file has now.
+//! 2. Updated whenever no write of ours is in flight and the file's
+//!    (mtime, ctime) moved: it is then exactly what refreshd's own writes
+//!    left, because under the lease nobody else can change the file.
+//! 3. Marked when the lease is seen breaking: from then on another process
+//!    may write, and the record can no longer vouch for the times.
+//! 4. Removed when the engine has put the times back itself (or decided it
+//!    must not: a lease revoked with writes in flight).
+//!
+//! Recovery ([`recover`]) takes a write lease on the file (so nobody can
+//! change it between the check and the fix) and restores the recorded
+//! atime and mtime only if the identity matches, the lease was never seen
+//! breaking, and the current (mtime, ctime) are *exactly* the recorded
+//! ones. Why that proves nobody else changed the file: every change by
+//! another process (a write, truncate, chmod, xattr, rename) sets ctime to
+//! the current time, and could only happen after refreshd's lease was gone,
+//! i.e. after its last recorded write. Because refreshd read the ctime
+//! (fstat) after that write, the kernel (multigrain timestamps, Linux
+//! 6.13+) gives the next change a strictly later ctime. On older kernels a
+//! change within the same timer tick (≤ 4 ms) as refreshd's last write
+//! could keep the same ctime: that residual is documented in the README.
+//! Any mismatch leaves the mtime as it is: never an old mtime over a new
+//! write, at the price of sometimes not restoring one refreshd moved (a
+//! crash while a write was in flight). Relocation never changes mtime or
+//! ctime and writes no record.
+//!
+//! A record is one line of JSON and one line with its xxh3 checksum; a
+//! torn or corrupt record is reported and dropped, never acted on.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, StatxFlags};
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// The record format this refreshd writes and reads.
+pub const VERSION: u32 = 1;
+
+/// A timestamp in nanoseconds since the epoch.
+pub type Nanos = i64;
+
+/// Who the file is, and its times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observed {
+    pub dev: u64,
+    pub ino: u64,
+    pub btime_ns: Option<Nanos>,
+    pub generation: Option<u32>,
+    pub atime_ns: Nanos,
+    pub mtime_ns: Nanos,
+    pub ctime_ns: Nanos,
+}
+
+/// One record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub version: u32,
+    /// Where the file was (an absolute path); its identity is checked.
+    pub path: PathBuf,
+    /// The file when the refresh took it, under the lease.
+    pub taken: Observed,
+    /// (mtime, ctime) as refreshd's own last write left them.
+    pub left_mtime_ns: Nanos,
+    pub left_ctime_ns: Nanos,
+    /// The lease was seen breaking: another process may have written.
+    pub lease_broken: bool,
+}
+
+/// What recovery decides for a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Put the recorded atime and mtime back.
+    Restore,
+    /// Leave the file as it is, for this reason.
+    Leave(&'static str),
+}
+
+/// The decision, from the record and the file as it is now (under a lease).
+pub fn decide(e: &Entry, now: &Observed) -> Verdict {
+    let t = &e.taken;
+    let same_file = t.dev == now.dev
+        && t.ino == now.ino
+        && (t.btime_ns.is_none() || t.btime_ns == now.btime_ns)
+        && (t.generation.is_none() || t.generation == now.generation);
+    if !same_file {
+        return Verdict::Leave("another file is there now");
+    }
+    if now.mtime_ns == t.mtime_ns {
+        return Verdict::Leave("its mtime is already the original one");
+    }
+    if e.lease_broken {
+        return Verdict::Leave("the lease was broken: another process may have written");
+    }
+    if (now.mtime_ns, now.ctime_ns) != (e.left_mtime_ns, e.left_ctime_ns) {
+        return Verdict::Leave("changed since refreshd's last write");
+    }
+    Verdict::Restore
+}
+
+fn encode(e: &Entry) -> Vec<u8> {
+    let json = serde_json::to_string(e).unwrap_or_default();
+    format!("{json}\n{:016x}\n", xxh3_64(json.as_bytes())).into_bytes()
+}
+
+fn decode(bytes: &[u8]) -> Result<Entry, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?;
+    let mut lines = text.lines();
+    let (json, sum) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
+    if format!("{:016x}", xxh3_64(json.as_bytes())) != sum {
+        return Err("checksum mismatch (torn or corrupt record)".into());
+    }
+    let e: Entry = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    if e.version != VERSION {
+        return Err(format!(
+            "record version {} (this refreshd knows {VERSION})",
+            e.version
+        ));
+    }
+    Ok(e)
+}
+
+/// The journal directory.
+#[derive(Debug)]
+pub struct Journal {
+    dir: PathBuf,
+}
+
+impl Journal {
+    /// Opens (creating, mode 0700) `state_dir/journal`.
+    pub fn open(state_dir: &Path) -> io::Result<Journal> {
+        let dir = state_dir.join("journal");
+        std::fs::create_dir_all(&dir)?;
+        let _ = std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700));
+        // Must be writable: refuse now rather than at the first file.
+        let probe = dir.join(".probe");
+        File::create(&probe)?;
+        std::fs::remove_file(&probe)?;
+        Ok(Journal { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn name(dev: u64, ino: u64) -> String {
+        format!("{dev}-{ino}")
+    }
+
+    /// Writes a new record durably (data and directory entry) before the
+    /// caller's first write to the file.
+    pub fn begin(&self, e: Entry) -> io::Result<Record> {
+        let path = self.dir.join(Self::name(e.taken.dev, e.taken.ino));
+        let mut file = File::options()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)?;
+        file.write_all(&encode(&e))?;
+        file.sync_data()?;
+        File::open(&self.dir)?.sync_all()?;
+        Ok(Record {
+            file,
+            path,
+            entry: e,
+        })
+    }
+
+    /// Every record, or why it is unusable (with its file, to remove it).
+    pub fn entries(&self) -> io::Result<Vec<(PathBuf, Result<Entry, String>)>> {
+        let mut out = vec![];
+        for d in std::fs::read_dir(&self.dir)? {
+            let d = d?;
+            let p = d.path();
+            if d.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let bytes = match std::fs::read(&p) {
+                // Finished meanwhile by the process that wrote it.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                other => other,
+            };
+            out.push((p, bytes.map_err(|e| e.to_string()).and_then(|b| decode(&b))));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+}
+
+/// A file's open record, kept by the engine while it writes.
+#[derive(Debug)]
+pub struct Record {
+    file: File,
+    path: PathBuf,
+    entry: Entry,
+}
+
+impl Record {
+    /// The file's times after our own writes (no write of ours in flight):
+    /// recorded if they moved. Not synced: a lost update makes recovery
+    /// leave the file alone, never restore wrongly.
+    pub fn observe(&mut self, mtime_ns: Nanos, ctime_ns: Nanos) -> io::Result<()> {
+        if (mtime_ns, ctime_ns) == (self.entry.left_mtime_ns, self.entry.left_ctime_ns) {
+            return Ok(());
+        }
+        self.entry.left_mtime_ns = mtime_ns;
+        self.entry.left_ctime_ns = ctime_ns;
+        self.file.write_all_at(&encode(&self.entry), 0)
+    }
+
+    /// The lease is breaking: from now on the record vouches for nothing.
+    pub fn lease_broken(&mut self) -> io::Result<()> {
+        if self.entry.lease_broken {
+            return Ok(());
+        }
+        self.entry.lease_broken = true;
+        self.file.write_all_at(&encode(&self.entry), 0)?;
+        self.file.sync_data()
+    }
+
+    /// The engine put the times back (or must never): forget the file.
+    pub fn finish(self) -> io::Result<()> {
+        std::fs::remove_file(&self.path)
+    }
+
+    pub fn entry(&self) -> &Entry {
+        &self.entry
+    }
+}
+
+/// Reads the identity and times of an open file.
+pub fn observe(fd: BorrowedFd<'_>) -> io::Result<Observed> {
+    let want = StatxFlags::BASIC_STATS | StatxFlags::BTIME;
+    let st = rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, want)?;
+    let ns = |t: rustix::fs::StatxTimestamp| t.tv_sec * 1_000_000_000 + i64::from(t.tv_nsec);
+    Ok(Observed {
+        dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+        ino: st.stx_ino,
+        btime_ns: (st.stx_mask & StatxFlags::BTIME.bits() != 0).then(|| ns(st.stx_btime)),
+        generation: crate::engine::sys::inode_generation(fd).ok(),
+        atime_ns: ns(st.stx_atime),
+        mtime_ns: ns(st.stx_mtime),
+        ctime_ns: ns(st.stx_ctime),
+    })
+}
+
+/// What recovery did with one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    pub path: PathBuf,
+    pub outcome: RecoveryOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoveryOutcome {
+    /// The atime and mtime refreshd had moved are back.
+    Restored,
+    /// Left as it is (and the record dropped), for this reason.
+    Left(String),
+    /// Someone has the file open: the record is kept for the next run.
+    Deferred(String),
+}
+
+/// Goes through every record: restores what provably only refreshd moved,
+/// drops records that are settled, keeps those of files in use.
+pub fn recover(journal: &Journal) -> io::Result<Vec<Recovered>> {
+    let mut out = vec![];
+    for (file, entry) in journal.entries()? {
+        let (path, outcome) = match entry {
+            Err(why) => (
+                file.clone(),
+                RecoveryOutcome::Left(format!("unusable record: {why}")),
+            ),
+            Ok(e) => (e.path.clone(), recover_one(&e)),
+        };
+        if !matches!(outcome, RecoveryOutcome::Deferred(_)) {
+            let _ = std::fs::remove_file(&file);
+        }
+        match &outcome {
+            RecoveryOutcome::Restored => {
+                tracing::info!(path = %path.display(), "restored the atime and mtime an interrupted refresh had moved")
+            }
+            RecoveryOutcome::Left(why) => {
+                tracing::warn!(path = %path.display(), "interrupted refresh: mtime left as it is: {why}")
+            }
+            RecoveryOutcome::Deferred(why) => {
+                tracing::info!(path = %path.display(), "interrupted refresh: recovery deferred: {why}")
+            }
+        }
+        out.push(Recovered { path, outcome });
+    }
+    Ok(out)
+}
+
+fn recover_one(e: &Entry) -> RecoveryOutcome {
+    use RecoveryOutcome::{Deferred, Left, Restored};
+    let fd = match rustix::fs::openat2(
+        rustix::fs::CWD,
+        &e.path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOATIME,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Left("no longer exists".into()),
+        Err(err) => return Left(format!("cannot open it safely: {}", io::Error::from(err))),
+    };
+    // Under our lease nobody can change the file between check and fix.
+    match crate::engine::sys::take_write_lease(fd.as_fd()) {
+        Ok(()) => {}
+        Err(err) if err.raw_os_error() == Some(libc::EAGAIN) => {
+            return Deferred("another process has it open".into())
+        }
+        Err(err) => return Left(format!("taking a lease: {err}")),
+    }
+    let result = (|| {
+        let now = observe(fd.as_fd()).map_err(|err| Left(format!("statx: {err}")))?;
+        #[cfg(test)]
+        let verdict = if test_switch::restore_always() {
+            Verdict::Restore
+        } else {
+            decide(e, &now)
+        };
+        #[cfg(not(test))]
+        let verdict = decide(e, &now);
+        match verdict {
+            Verdict::Leave(why) => Err(Left(why.into())),
+            Verdict::Restore => {
+                let ts = |n: Nanos| rustix::fs::Timespec {
+                    tv_sec: n.div_euclid(1_000_000_000),
+                    tv_nsec: n.rem_euclid(1_000_000_000) as _,
+                };
+                let times = rustix::fs::Timestamps {
+                    last_access: ts(e.taken.atime_ns),
+                    last_modification: ts(e.taken.mtime_ns),
+                };
+                rustix::fs::futimens(&fd, &times).map_err(|err| {
+                    Left(format!("restoring the times: {}", io::Error::from(err)))
+                })?;
+                Ok(Restored)
+            }
+        }
+    })();
+    let _ = crate::engine::sys::release_lease(fd.as_fd());
+    result.unwrap_or_else(|o| o)
+}
+
+/// Test-only: restore every record, whatever happened to the file since,
+/// so a test can show what the exact-match rule protects.
+#[cfg(test)]
+pub(crate) mod test_switch {
+    use std::cell::Cell;
+
+    thread_local! {
+        static RESTORE_ALWAYS: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub fn restore_always() -> bool {
+        RESTORE_ALWAYS.with(Cell::get)
+    }
+
+    pub fn set_restore_always(on: bool) {
+        RESTORE_ALWAYS.with(|c| c.set(on));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+//! The journal: the decision table, torn records, and recovery on real
+//! files (restored only when nothing but refreshd's own write moved it).
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+use super::*;
+
+fn obs(mtime: i64, ctime: i64) -> Observed {
+    Observed {
+        dev: 1,
+        ino: 2,
+        btime_ns: Some(3),
+        generation: Some(4),
+        atime_ns: 5,
+        mtime_ns: mtime,
+        ctime_ns: ctime,
+    }
+}
+
+fn entry() -> Entry {
+    Entry {
+        version: VERSION,
+        path: "/srv/a".into(),
+        taken: obs(100, 100),
+        left_mtime_ns: 200,
+        left_ctime_ns: 200,
+        lease_broken: false,
+    }
+}
+
+#[test]
+fn restores_only_what_refreshd_left_exactly() {
+    let e = entry();
+    assert_eq!(decide(&e, &obs(200, 200)), Verdict::Restore);
+    assert!(
+        matches!(decide(&e, &obs(300, 300)), Verdict::Leave(_)),
+        "written since"
+    );
+    assert!(
+        matches!(decide(&e, &obs(200, 300)), Verdict::Leave(_)),
+        "chmod since"
+    );
+    assert!(
+        matches!(decide(&e, &obs(100, 300)), Verdict::Leave(_)),
+        "already back"
+    );
+    let mut broken = entry();
+    broken.lease_broken = true;
+    assert!(matches!(decide(&broken, &obs(200, 200)), Verdict::Leave(_)));
+    for other in [
+        Observed {
+            ino: 9,
+            ..obs(200, 200)
+        },
+        Observed {
+            btime_ns: Some(8),
+            ..obs(200, 200)
+        },
+        Observed {
+            generation: Some(7),
+            ..obs(200, 200)
+        },
+    ] {
+        assert!(matches!(decide(&e, &other), Verdict::Leave(_)), "{other:?}");
+    }
+}
+
+#[test]
+fn torn_or_corrupt_records_are_rejected() {
+    let e = entry();
+    let bytes = encode(&e);
+    assert_eq!(decode(&bytes).unwrap(), e);
+    let mut flipped = bytes.clone();
+    flipped[10] ^= 1;
+    assert!(decode(&flipped).is_err());
+    assert!(decode(&bytes[..bytes.len() / 2]).is_err());
+    // A shorter record written over a longer one leaves a tail: ignored.
+    let mut longer = encode(&Entry {
+        path: "/srv/a-much-longer-name".into(),
+        ..e.clone()
+    });
+    longer[..bytes.len()].copy_from_slice(&bytes);
+    assert_eq!(decode(&longer).unwrap(), e);
+}
+
+/// A file in a temp dir, a journal beside it, and a record taken now (as
+/// the engine does under its lease), then one write of "ours".
+fn setup() -> (tempfile::TempDir, Journal, PathBuf, Record) {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("f");
+    std::fs::write(&path, vec![7u8; 8192]).unwrap();
+    let old = rustix::fs::Timespec {
+        tv_sec: 1_500_000_000,
+        tv_nsec: 123,
+    };
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        &path,
+        &rustix::fs::Timestamps {
+            last_access: old,
+            last_modification: old,
+        },
+        AtFlags::empty(),
+    )
+    .unwrap();
+    let j = Journal::open(&tmp.path().join("state")).unwrap();
+    let f = File::options().read(true).write(true).open(&path).unwrap();
+    let taken = observe(f.as_fd()).unwrap();
+    let mut rec = j
+        .begin(Entry {
+            version: VERSION,
+            path: path.clone(),
+            taken,
+            left_mtime_ns: taken.mtime_ns,
+            left_ctime_ns: taken.ctime_ns,
+            lease_broken: false,
+        })
+        .unwrap();
+    f.write_all_at(&[7u8; 4096], 0).unwrap();
+    let now = observe(f.as_fd()).unwrap();
+    rec.observe(now.mtime_ns, now.ctime_ns).unwrap();
+    (tmp, j, path, rec)
+}
+
+fn mtime(path: &Path) -> (i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap();
+    (m.mtime(), m.mtime_nsec())
+}
+
+#[test]
+fn a_killed_refresh_is_put_back() {
+    let (_tmp, j, path, rec) = setup();
+    std::mem::forget(rec); // killed: the record stays
+    let r = recover(&j).unwrap();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].outcome, RecoveryOutcome::Restored);
+    assert_eq!(mtime(&path), (1_500_000_000, 123));
+    assert!(j.entries().unwrap().is_empty(), "record dropped");
+}
+
+#[test]
+fn a_write_by_someone_else_after_the_kill_is_kept() {
+    let (_tmp, j, path, rec) = setup();
+    drop(rec);
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all_at(b"theirs", 100)
+        .unwrap();
+    let theirs = mtime(&path);
+    let r = recover(&j).unwrap();
+    assert!(matches!(r[0].outcome, RecoveryOutcome::Left(_)), "{r:?}");
+    assert_eq!(mtime(&path), theirs, "the writer's mtime stays");
+    assert!(j.entries().unwrap().is_empty());
+}
+
+#[test]
+fn guard_off_restoring_without_the_exact_match_hides_a_writers_change() {
+    let (_tmp, j, path, rec) = setup();
+    drop(rec);
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all_at(b"theirs", 100)
+        .unwrap();
+    let theirs = mtime(&path);
+    test_switch::set_restore_always(true);
+    let r = recover(&j).unwrap();
+    test_switch::set_restore_always(false);
+    assert_eq!(r[0].outcome, RecoveryOutcome::Restored);
+    assert_ne!(
+        mtime(&path),
+        theirs,
+        "the writer's mtime is gone: what the rule prevents"
+    );
+}
+
+#[test]
+fn a_chmod_by_someone_else_is_kept_too() {
+    let (_tmp, j, path, rec) = setup();
+    drop(rec);
+    let before = mtime(&path);
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let r = recover(&j).unwrap();
+    assert!(matches!(r[0].outcome, RecoveryOutcome::Left(_)), "{r:?}");
+    assert_eq!(mtime(&path), before);
+}
+
+#[test]
+fn a_broken_lease_is_never_recovered() {
+    let (_tmp, j, path, mut rec) = setup();
+    rec.lease_broken().unwrap();
+    let moved = mtime(&path);
+    drop(rec);
+    let r = recover(&j).unwrap();
+    assert!(matches!(r[0].outcome, RecoveryOutcome::Left(_)), "{r:?}");
+    assert_eq!(mtime(&path), moved);
+}
+
+#[test]
+fn a_replaced_file_is_left_alone() {
+    let (tmp, j, path, rec) = setup();
+    drop(rec);
+    let other = tmp.path().join("other");
+    std::fs::write(&other, b"new file").unwrap();
+    std::fs::rename(&other, &path).unwrap();
+    let before = mtime(&path);
+    let r = recover(&j).unwrap();
+    assert!(matches!(r[0].outcome, RecoveryOutcome::Left(_)), "{r:?}");
+    assert_eq!(mtime(&path), before);
+}
+
+#[test]
+fn a_file_in_use_is_deferred_and_its_record_kept() {
+    let (_tmp, j, path, rec) = setup();
+    drop(rec);
+    let holder = File::open(&path).unwrap();
+    let r = recover(&j).unwrap();
+    assert!(
+        matches!(r[0].outcome, RecoveryOutcome::Deferred(_)),
+        "{r:?}"
+    );
+    assert_eq!(j.entries().unwrap().len(), 1, "kept for the next run");
+    drop(holder);
+    assert_eq!(recover(&j).unwrap()[0].outcome, RecoveryOutcome::Restored);
+}
+
+#[test]
+fn a_finished_record_leaves_nothing() {
+    let (_tmp, j, _path, rec) = setup();
+    rec.finish().unwrap();
+    assert!(j.entries().unwrap().is_empty());
+    assert!(recover(&j).unwrap().is_empty());
+}
+
+#[test]
+fn a_write_right_after_refreshds_last_write_is_still_seen() {
+    // No pause: the other write lands within the same timer tick. Because
+    // refreshd read the ctime after its write, the kernel's multigrain
+    // timestamps give the next change a later ctime.
+    for _ in 0..50 {
+        let (_tmp, j, path, rec) = setup();
+        drop(rec);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .write_all_at(b"theirs", 100)
+            .unwrap();
+        let theirs = mtime(&path);
+        let r = recover(&j).unwrap();
+        assert!(matches!(r[0].outcome, RecoveryOutcome::Left(_)), "{r:?}");
+        assert_eq!(mtime(&path), theirs);
+    }
+}

@@ -1,0 +1,211 @@
+//! The daemon test harness: a real `refreshd run` process in a temp dir
+//! (killed and reaped on drop), its config, refreshctl, /metrics, and
+//! testbed drives with stale files.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::helpers::*;
+use refreshd::inventory::now_secs;
+use refreshd::sampler::MONTH;
+use serde_json::Value;
+use testbed::{Drive, DriveOptions, Model};
+
+pub const MIB: usize = 1 << 20;
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running daemon; killed (SIGKILL) on drop if still running.
+pub struct Daemon {
+    pub child: Child,
+    pub dir: PathBuf,
+    pub port: u16,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes a config for `tree` with short intervals; `extra` goes into
+/// `[defaults]`.
+pub fn config(dir: &Path, tree: &Path, port: u16, extra: &str) -> PathBuf {
+    let p = dir.join("refreshd.toml");
+    let mut defaults: Vec<String> = [
+        "scan_interval = \"30s\"",
+        "sample_interval = \"2s\"",
+        "sample_bytes = \"32MiB\"",
+        "min_free = \"64MiB\"",
+        "rate = \"400MiB/s\"",
+    ]
+    .iter()
+    .map(|l| l.to_string())
+    .collect();
+    for line in extra.lines().filter(|l| !l.trim().is_empty()) {
+        let key = line.split('=').next().unwrap().trim();
+        defaults.retain(|l| l.split('=').next().unwrap().trim() != key);
+        defaults.push(line.to_string());
+    }
+    std::fs::write(
+        &p,
+        format!(
+            "state_dir = \"{d}/state\"\ncontrol_socket = \"{d}/run/control.sock\"\nmetrics_listen = \"127.0.0.1:{port}\"\n\n[defaults]\n{defaults}\n\n[[paths]]\npath = \"{t}\"\n",
+            d = dir.display(),
+            t = tree.display(),
+            defaults = defaults.join("\n"),
+        ),
+    )
+    .unwrap();
+    p
+}
+
+impl Daemon {
+    pub fn start(dir: &Path, cfg: &Path, port: u16) -> Daemon {
+        Daemon::start_with(dir, cfg, port, &[])
+    }
+
+    /// Like [`Daemon::start`], with extra environment variables.
+    pub fn start_with(dir: &Path, cfg: &Path, port: u16, env: &[(&str, &str)]) -> Daemon {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("daemon.log"))
+            .unwrap();
+        let child = refreshd()
+            .args(["run", "--config"])
+            .arg(cfg)
+            .env("RUST_LOG", "refreshd=info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let d = Daemon {
+            child,
+            dir: dir.to_path_buf(),
+            port,
+        };
+        let t = Instant::now();
+        while !d.socket().exists() || d.ctl(&["status"]).0 != 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "daemon did not come up: {}",
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        d
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("run/control.sock")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Runs refreshctl; returns (exit code, stdout, stderr).
+    pub fn ctl(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_refreshctl"))
+            .arg("--socket")
+            .arg(self.socket())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    pub fn status(&self) -> Value {
+        let (code, out, err) = self.ctl(&["--json", "status"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()["drives"][0].clone()
+    }
+
+    pub fn metrics(&self) -> String {
+        http_get(self.port, "/metrics")
+    }
+
+    /// Waits until `f` holds, up to `secs`.
+    pub fn wait_for(&self, what: &str, secs: u64, mut f: impl FnMut(&Daemon) -> bool) {
+        let t = Instant::now();
+        while !f(self) {
+            assert!(
+                t.elapsed() < Duration::from_secs(secs),
+                "timed out waiting for {what}\nstatus: {:#}\nlog:\n{}",
+                self.status(),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+pub fn http_get(port: u16, path: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The value of a metric line `name{labels}` (labels must match exactly).
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A 1 GiB testbed drive with decay model `model`.
+pub fn drive(dir: &Path, model: &str) -> Drive {
+    let opts = DriveOptions {
+        size: 1 << 30,
+        model: Model::preset(model).unwrap(),
+        ..DriveOptions::default()
+    };
+    Drive::up(dir, &opts).unwrap()
+}
+
+/// refreshd_refreshed_bytes_total of the (only) drive, 0 before any.
+pub fn refreshed_bytes(m: &str) -> f64 {
+    m.lines()
+        .find(|l| l.starts_with("refreshd_refreshed_bytes_total"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
+pub fn signal(d: &Daemon, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.child.id() as i32), sig).unwrap();
+}
+
+/// `n` files of `mib` MiB under `dir`, mtime 6 months ago.
+pub fn stale_files(root: &Path, n: usize, mib: usize, seed: u64) -> Vec<PathBuf> {
+    std::fs::create_dir_all(root).unwrap();
+    (0..n)
+        .map(|i| {
+            let p = root.join(format!("seg{i}"));
+            write_file(&p, &pattern(mib * MIB, seed + i as u64));
+            set_mtime(&p, now_secs() - (6.0 * MONTH) as i64, 0);
+            p
+        })
+        .collect()
+}

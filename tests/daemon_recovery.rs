@@ -1,0 +1,150 @@
+//! The daemon's recovery never hides another process's change. Each
+//! scenario interrupts a refresh, lets someone else change the file, then
+//! restarts the daemon: the other process's mtime must stay. (Before the
+//! recovery journal, all three had the mtime set back to an old value.)
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::daemon_harness::*;
+use crate::helpers::*;
+
+fn mtime(path: &Path) -> (i64, i64) {
+    let m = std::fs::metadata(path).unwrap();
+    (m.mtime(), m.mtime_nsec())
+}
+
+const SLOW: &str = "rate = \"8MiB/s\"\nsample_interval = \"1h\"\nscan_interval = \"1h\"\n";
+
+/// A daemon on a fresh testbed drive with one stale 64 MiB file, asked to
+/// refresh it now; returns once `mib` MiB are done.
+fn refreshing(dir: &Path, mib: u64) -> (testbed::Drive, PathBuf, Daemon) {
+    let d = drive(dir, "none");
+    let tree = d.path("index");
+    let file = stale_files(&tree, 1, 64, 81).remove(0);
+    d.sync().unwrap();
+    let port = free_port();
+    let cfg = config(dir, &tree, port, SLOW);
+    let daemon = Daemon::start(dir, &cfg, port);
+    let (code, _, err) = daemon.ctl(&["now", "--force"]);
+    assert_eq!(code, 0, "{err}");
+    daemon.wait_for("the refresh under way", 30, |dm| {
+        dm.status()["refresh"]["bytes_done"].as_u64().unwrap_or(0) >= mib << 20
+    });
+    (d, file, daemon)
+}
+
+fn restart(dir: &Path, tree: &Path) -> Daemon {
+    let port = free_port();
+    let cfg = config(dir, tree, port, SLOW);
+    Daemon::start(dir, &cfg, port)
+}
+
+#[test]
+fn privileged_modified_after_the_scan_then_sigterm_keeps_the_new_mtime() {
+    if !privileged("privileged_modified_after_the_scan_then_sigterm_keeps_the_new_mtime") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = drive(tmp.path(), "none");
+    let tree = d.path("index");
+    let file = stale_files(&tree, 1, 64, 82).remove(0);
+    d.sync().unwrap();
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, SLOW);
+    let mut daemon = Daemon::start(tmp.path(), &cfg, port);
+    daemon.wait_for("the first scan", 30, |dm| {
+        dm.status()["files"].as_u64() == Some(1)
+    });
+    // Someone changes the file after the scan (still stale, another mtime).
+    let theirs = (1_700_000_000, 42);
+    set_mtime(&file, theirs.0, theirs.1);
+    let (code, _, err) = daemon.ctl(&["now", "--force"]);
+    assert_eq!(code, 0, "{err}");
+    daemon.wait_for("the refresh under way", 30, |dm| {
+        dm.status()["refresh"]["bytes_done"].as_u64().unwrap_or(0) >= 8 << 20
+    });
+    signal(&daemon, nix::sys::signal::Signal::SIGTERM);
+    daemon.child.wait().unwrap();
+    drop(daemon);
+    assert_eq!(
+        mtime(&file),
+        theirs,
+        "SIGTERM: the engine put back the time it found"
+    );
+    let daemon = restart(tmp.path(), &tree);
+    std::thread::sleep(Duration::from_millis(500));
+    drop(daemon);
+    assert_eq!(
+        mtime(&file),
+        theirs,
+        "the restart did not set the scan's mtime back"
+    );
+}
+
+#[test]
+fn privileged_written_during_relocation_then_kill_9_keeps_the_writers_mtime() {
+    if !privileged("privileged_written_during_relocation_then_kill_9_keeps_the_writers_mtime") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = drive(tmp.path(), "none");
+    let tree = d.path("index");
+    let file = stale_files(&tree, 1, 64, 83).remove(0);
+    d.sync().unwrap();
+    // The application keeps the file open: the daemon relocates it.
+    let app = File::options().read(true).write(true).open(&file).unwrap();
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, SLOW);
+    let mut daemon = Daemon::start(tmp.path(), &cfg, port);
+    let (code, _, err) = daemon.ctl(&["now", "--force"]);
+    assert_eq!(code, 0, "{err}");
+    daemon.wait_for("the relocation under way", 30, |dm| {
+        dm.status()["refresh"]["bytes_done"].as_u64().unwrap_or(0) >= 8 << 20
+    });
+    app.write_all_at(b"the application's update", 40 << 20)
+        .unwrap();
+    app.sync_all().unwrap();
+    let theirs = mtime(&file);
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    drop(daemon);
+    let daemon = restart(tmp.path(), &tree);
+    std::thread::sleep(Duration::from_millis(500));
+    drop(daemon);
+    drop(app);
+    assert_eq!(mtime(&file), theirs, "the writer's mtime stays");
+    let mut buf = [0u8; 24];
+    File::open(&file)
+        .unwrap()
+        .read_exact_at(&mut buf, 40 << 20)
+        .unwrap();
+    assert_eq!(&buf, b"the application's update");
+}
+
+#[test]
+fn privileged_writer_breaking_the_lease_and_keeping_it_open_keeps_its_mtime() {
+    if !privileged("privileged_writer_breaking_the_lease_and_keeping_it_open_keeps_its_mtime") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (d, file, mut daemon) = refreshing(tmp.path(), 8);
+    // Opening breaks the lease; the daemon lets go at once.
+    let app = File::options().write(true).open(&file).unwrap();
+    app.write_all_at(b"the application's update", 1 << 20)
+        .unwrap();
+    app.sync_all().unwrap();
+    let theirs = mtime(&file);
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    drop(daemon);
+    let daemon = restart(tmp.path(), &d.path("index"));
+    std::thread::sleep(Duration::from_millis(500));
+    // Still open by the application across the restart.
+    assert_eq!(mtime(&file), theirs, "the writer's mtime stays");
+    drop(daemon);
+    drop(app);
+    assert_eq!(mtime(&file), theirs);
+}
