@@ -169,21 +169,49 @@ struct Candidate {
     total: u64,
 }
 
-fn open_direct(path: &Path) -> io::Result<OwnedFd> {
-    let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-    let resolve = ResolveFlags::NO_SYMLINKS;
-    match openat2(CWD, path, flags | OFlags::NOATIME, Mode::empty(), resolve) {
-        Err(rustix::io::Errno::PERM) => Ok(openat2(CWD, path, flags, Mode::empty(), resolve)?),
+/// Opens the inventory's file for O_DIRECT reads, or nothing: the name is
+/// first resolved to an `O_PATH` descriptor (no symlink anywhere; opening
+/// it that way is not an open of the file), its identity compared with the
+/// inventory's, and only then the inode itself reopened for reading. A
+/// file replaced since the scan is never opened.
+fn open_direct(f: &FileRecord) -> io::Result<OwnedFd> {
+    let path_fd = openat2(
+        CWD,
+        &f.path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    )?;
+    let st = rustix::fs::statx(
+        &path_fd,
+        c"",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::BASIC_STATS | rustix::fs::StatxFlags::BTIME,
+    )?;
+    let found = crate::engine::guard::Identity {
+        dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+        ino: st.stx_ino,
+        btime_ns: (st.stx_mask & rustix::fs::StatxFlags::BTIME.bits() != 0)
+            .then(|| st.stx_btime.tv_sec * 1_000_000_000 + i64::from(st.stx_btime.tv_nsec)),
+        generation: None,
+    };
+    if !crate::daemon::targets::identity(f).matches(&found) {
+        return Err(io::Error::other("replaced since the scan"));
+    }
+    let proc = format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&path_fd)
+    );
+    let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC;
+    match rustix::fs::open(proc.as_str(), flags | OFlags::NOATIME, Mode::empty()) {
+        Err(rustix::io::Errno::PERM) => Ok(rustix::fs::open(proc.as_str(), flags, Mode::empty())?),
         r => Ok(r?),
     }
 }
 
 fn candidate(f: &FileRecord) -> Option<Candidate> {
-    let fd = open_direct(&f.path).ok()?;
+    let fd = open_direct(f).ok()?;
     let st = rustix::fs::fstat(&fd).ok()?;
-    if st.st_ino != f.ino || st.st_dev != f.dev {
-        return None; // replaced since the scan
-    }
     let size = u64::try_from(st.st_size).ok()?;
     let skip = FIEMAP_EXTENT_UNKNOWN
         | FIEMAP_EXTENT_DELALLOC

@@ -182,6 +182,7 @@ fn walk_dir(root: &Path, out: &mut Walked, seen: &mut HashSet<(u64, u64)>) -> io
                         rel: child.clone(),
                         display: root.join(&child),
                         root_dev: Some(root_dev),
+                        expect: None,
                     };
                     out.targets.push((target, size));
                 }

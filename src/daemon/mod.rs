@@ -5,6 +5,7 @@
 
 pub mod control;
 pub mod metrics;
+pub mod targets;
 pub mod worker;
 
 use std::collections::BTreeMap;

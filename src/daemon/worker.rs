@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::config::Settings;
 use crate::drive::Drive;
-use crate::engine::{Engine, EngineConfig, FileReport, Outcome, Target};
+use crate::engine::{Engine, EngineConfig, FileReport, Outcome};
 use crate::inventory::{self, FileRecord, Store};
 use crate::policy::{self, Health, HealthState, Judgement, Plan, PlanRules, Thresholds};
 use crate::sampler::{self, DriveSample, SampleOptions};
@@ -454,6 +454,7 @@ fn refresh(
         "refresh starts"
     );
     let mut finished = true;
+    let roots = super::targets::Roots::open(&cell.roots);
     for entry in &plan.files {
         if stop() {
             finished = false;
@@ -469,16 +470,9 @@ fn refresh(
         if skip > 0 {
             tracing::info!(path = %rec.path.display(), skip, "resuming from checkpoint");
         }
-        let target = match Target::for_path(&rec.path) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(path = %rec.path.display(), "{e}");
-                continue;
-            }
-        };
-        let target = Target {
-            root_dev: Some(rec.dev),
-            ..target
+        let Some(target) = roots.target(rec) else {
+            tracing::warn!(path = %rec.path.display(), "not beneath an open tree; skipped");
+            continue;
         };
         let done = Arc::new(AtomicU64::new(skip));
         let d2 = done.clone();

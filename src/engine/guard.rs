@@ -27,6 +27,31 @@ pub struct Target {
     pub display: PathBuf,
     /// Device the file must be on (the walk's root), if any.
     pub root_dev: Option<u64>,
+    /// The file the inventory knows: anything else at that name is left
+    /// alone (replaced since the scan).
+    pub expect: Option<Identity>,
+}
+
+/// Who a file is: device, inode, birth time and inode generation (the
+/// last two where the filesystem reports them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+    pub btime_ns: Option<i64>,
+    pub generation: Option<u32>,
+}
+
+impl Identity {
+    /// Whether `other` is the same file (unknown parts are not compared).
+    pub fn matches(&self, other: &Identity) -> bool {
+        let same = |a: Option<i64>, b: Option<i64>| a.is_none() || b.is_none() || a == b;
+        let same_gen = |a: Option<u32>, b: Option<u32>| a.is_none() || b.is_none() || a == b;
+        self.dev == other.dev
+            && self.ino == other.ino
+            && same(self.btime_ns, other.btime_ns)
+            && same_gen(self.generation, other.generation)
+    }
 }
 
 impl Target {
@@ -50,6 +75,7 @@ impl Target {
             rel: PathBuf::from(name),
             display: path.to_path_buf(),
             root_dev: None,
+            expect: None,
         })
     }
 }
@@ -70,6 +96,8 @@ pub struct FileMeta {
     pub dio_offset_align: Option<u32>,
     pub immutable: Option<bool>,
     pub append: Option<bool>,
+    /// Birth time in ns, where the filesystem reports it.
+    pub btime_ns: Option<i64>,
     /// fs-verity: the kernel refuses writes and relocation.
     pub verity: Option<bool>,
     /// fscrypt: relocation would move ciphertext the kernel cannot check.
@@ -90,7 +118,7 @@ impl FileMeta {
 }
 
 pub fn meta(fd: BorrowedFd<'_>) -> io::Result<FileMeta> {
-    let want = StatxFlags::BASIC_STATS | StatxFlags::DIOALIGN;
+    let want = StatxFlags::BASIC_STATS | StatxFlags::DIOALIGN | StatxFlags::BTIME;
     let st = statx(fd, c"", AtFlags::EMPTY_PATH, want)?;
     let attr = |flag: StatxAttributes| {
         if st.stx_attributes_mask.contains(flag) {
@@ -117,6 +145,8 @@ pub fn meta(fd: BorrowedFd<'_>) -> io::Result<FileMeta> {
         dio_offset_align: dio,
         immutable: attr(StatxAttributes::IMMUTABLE),
         append: attr(StatxAttributes::APPEND),
+        btime_ns: (st.stx_mask & StatxFlags::BTIME.bits() != 0)
+            .then(|| st.stx_btime.tv_sec * 1_000_000_000 + i64::from(st.stx_btime.tv_nsec)),
         verity: attr(StatxAttributes::VERITY),
         encrypted: attr(StatxAttributes::ENCRYPTED),
     })
@@ -208,6 +238,20 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
             ));
         }
         return Err(Refusal::Skip(SkipReason::NotRegular, kind.to_string()));
+    }
+    if let Some(want) = &t.expect {
+        let found = Identity {
+            dev: m.dev,
+            ino: m.ino,
+            btime_ns: m.btime_ns,
+            generation: None,
+        };
+        if !want.matches(&found) {
+            return Err(Refusal::Skip(
+                SkipReason::Replaced,
+                "not the file the inventory knows there (replaced since the scan)".into(),
+            ));
+        }
     }
     if let Some(dev) = t.root_dev {
         if m.dev != dev {
@@ -324,6 +368,16 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
                 return Err(Refusal::Skip(
                     SkipReason::AppendOnly,
                     "append-only (chattr +a)".into(),
+                ));
+            }
+        }
+    }
+    if let Some(want) = t.expect.and_then(|e| e.generation) {
+        if let Ok(found) = sys::inode_generation(fd.as_fd()) {
+            if found != want {
+                return Err(Refusal::Skip(
+                    SkipReason::Replaced,
+                    "inode generation differs from the inventory's (a new file)".into(),
                 ));
             }
         }

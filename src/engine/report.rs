@@ -35,6 +35,8 @@ pub enum SkipReason {
     Encrypted,
     /// The kernel refused the relocation (MOVE_EXT, FIDEDUPERANGE).
     KernelRefused,
+    /// Another file is at that name now than the inventory knows.
+    Replaced,
 }
 
 impl SkipReason {
@@ -59,6 +61,7 @@ impl SkipReason {
             SkipReason::Verity => "fs-verity",
             SkipReason::Encrypted => "encrypted",
             SkipReason::KernelRefused => "kernel refused",
+            SkipReason::Replaced => "replaced",
         }
     }
 }

@@ -1,0 +1,172 @@
+//! The root daemon touches only what it planned, beneath its trees: a
+//! directory inside a tree swapped for a symlink to a directory outside
+//! (same filesystem) between the scan and the refresh, and a file replaced
+//! by another one at the same name. Nothing outside is opened (inotify on
+//! it sees no event), and the replacement is not touched.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::daemon_harness::*;
+use crate::helpers::*;
+
+/// Watches a file for any open, access, modification or attribute change.
+struct Inotify(std::os::fd::OwnedFd);
+
+impl Inotify {
+    fn watch(path: &Path) -> Inotify {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain syscalls; the fd is owned right away.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: fd just created, owned here.
+        let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        let mask = libc::IN_OPEN | libc::IN_ACCESS | libc::IN_MODIFY | libc::IN_ATTRIB;
+        // SAFETY: valid fd and NUL-terminated path.
+        let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), mask) };
+        assert!(wd >= 0, "{}", std::io::Error::last_os_error());
+        Inotify(owned)
+    }
+
+    /// Bytes of events queued so far (0: nothing happened to the file).
+    fn pending(&self) -> usize {
+        use std::os::fd::AsRawFd;
+        let mut buf = [0u8; 4096];
+        // SAFETY: reading into a local buffer of its length.
+        let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        n.max(0) as usize
+    }
+}
+
+fn fingerprint_with_ctime(p: &Path) -> (Fingerprint, i64, i64) {
+    let m = std::fs::metadata(p).unwrap();
+    (fingerprint(p), m.ctime(), m.ctime_nsec())
+}
+
+#[test]
+fn privileged_directory_swapped_for_a_symlink_after_the_scan_reaches_nothing_outside() {
+    if !privileged(
+        "privileged_directory_swapped_for_a_symlink_after_the_scan_reaches_nothing_outside",
+    ) {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    let tree = fs.path("tree");
+    let inside = stale_files(&tree.join("sub"), 1, 4, 91).remove(0);
+    let outside = stale_files(&fs.path("outside/sub"), 1, 4, 92).remove(0);
+    assert_eq!(inside.file_name(), outside.file_name());
+    fs.sync();
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let port = free_port();
+    let cfg = config(
+        tmp.path(),
+        &tree,
+        port,
+        "sample_interval = \"1h\"\nscan_interval = \"1h\"\n",
+    );
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    daemon.wait_for("the first scan", 30, |dm| {
+        dm.status()["files"].as_u64() == Some(1)
+    });
+    // The swap: tree/sub becomes a symlink to ../outside/sub.
+    std::fs::rename(tree.join("sub"), tree.join("sub.old")).unwrap();
+    std::os::unix::fs::symlink("../outside/sub", tree.join("sub")).unwrap();
+    let before = fingerprint_with_ctime(&outside);
+    let watch = Inotify::watch(&outside);
+    let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let m = daemon.metrics();
+    drop(daemon);
+    assert_eq!(watch.pending(), 0, "the file outside the tree was opened");
+    assert_eq!(
+        fingerprint_with_ctime(&outside),
+        before,
+        "the file outside changed"
+    );
+    assert!(
+        m.contains("outcome=\"skipped\",reason=\"symlink\""),
+        "the planned file is skipped as behind a symlink:\n{m}"
+    );
+}
+
+#[test]
+fn privileged_file_replaced_after_the_scan_is_skipped_as_replaced() {
+    if !privileged("privileged_file_replaced_after_the_scan_is_skipped_as_replaced") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    let tree = fs.path("tree");
+    let file = stale_files(&tree, 1, 4, 93).remove(0);
+    fs.sync();
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let port = free_port();
+    let cfg = config(
+        tmp.path(),
+        &tree,
+        port,
+        "sample_interval = \"1h\"\nscan_interval = \"1h\"\n",
+    );
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    daemon.wait_for("the first scan", 30, |dm| {
+        dm.status()["files"].as_u64() == Some(1)
+    });
+    // Another file takes the name (new inode), as stale as the first.
+    let newcomer = tree.join("newcomer");
+    write_file(&newcomer, &pattern(4 << 20, 94));
+    let old = std::fs::metadata(&file).unwrap().mtime();
+    set_mtime(&newcomer, old, 0);
+    std::fs::rename(&newcomer, &file).unwrap();
+    let before = fingerprint_with_ctime(&file);
+    let watch = Inotify::watch(&file);
+    let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let m = daemon.metrics();
+    drop(daemon);
+    assert_eq!(watch.pending(), 0, "the replacement was opened");
+    assert_eq!(fingerprint_with_ctime(&file), before);
+    assert!(m.contains("outcome=\"skipped\",reason=\"replaced\""), "{m}");
+}
+
+#[test]
+fn privileged_engine_refuses_a_file_that_is_not_the_expected_one() {
+    if !privileged("privileged_engine_refuses_a_file_that_is_not_the_expected_one") {
+        return;
+    }
+    use refreshd::engine::guard::Identity;
+    use refreshd::engine::{Engine, EngineConfig, Outcome, SkipReason, Target};
+    let fs = LoopFs::new("ext4", 256);
+    let file = fs.path("f");
+    write_file(&file, &pattern(1 << 20, 95));
+    let m = std::fs::metadata(&file).unwrap();
+    let planned = Identity {
+        dev: m.dev(),
+        ino: m.ino(),
+        btime_ns: None,
+        generation: None,
+    };
+    let newcomer = fs.path("n");
+    write_file(&newcomer, &pattern(1 << 20, 96));
+    std::fs::rename(&newcomer, &file).unwrap();
+    let engine = Engine::start(EngineConfig::default()).unwrap();
+    let target = |expect| Target {
+        expect,
+        ..Target::for_path(&file).unwrap()
+    };
+    let r = engine.refresh(target(Some(planned)), None);
+    assert!(
+        matches!(
+            r.outcome,
+            Outcome::Skipped {
+                reason: SkipReason::Replaced,
+                ..
+            }
+        ),
+        "{:?}",
+        r.outcome
+    );
+    // The identity check switched off (no expectation): the replacement is
+    // opened, leased and rewritten: a file the plan never chose.
+    let r = engine.refresh(target(None), None);
+    assert_eq!(r.outcome, Outcome::Refreshed);
+}
