@@ -18,5 +18,6 @@ mod packaging;
 mod read_errors;
 mod recovery;
 mod relocate;
+mod relocate_cache;
 mod skips;
 mod survey;

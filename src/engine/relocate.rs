@@ -247,6 +247,7 @@ impl Relocator<'_, '_> {
             }
         };
         drop_new_pages(self.orig, c.offset, c.len, &before);
+        self.reread_evicted(c, &before);
         let _ = rustix::fs::fadvise(
             &self.temp,
             c.offset,
@@ -263,6 +264,36 @@ impl Relocator<'_, '_> {
             b1 - b0,
         );
         r
+    }
+
+    /// Pages of the application's that the remap dropped (XFS and btrfs
+    /// invalidate the whole range) are read back in, from the new blocks:
+    /// the application finds its working set where it left it.
+    fn reread_evicted(&mut self, c: Chunk, before: &[bool]) {
+        let Ok(after) = sys::resident_pages(self.orig, c.offset, c.len) else {
+            return;
+        };
+        let first = c.offset / 4096 * 4096;
+        let mut p = 0;
+        while p < before.len() {
+            if !(before[p] && !after.get(p).copied().unwrap_or(true)) {
+                p += 1;
+                continue;
+            }
+            let start = p;
+            while p < before.len()
+                && p - start < PIECE / 4096
+                && before[p]
+                && !after.get(p).copied().unwrap_or(true)
+            {
+                p += 1;
+            }
+            let off = first + start as u64 * 4096;
+            let len = ((p - start) * 4096).min(self.buf.len());
+            // Buffered (our description has O_DIRECT off), FADV_RANDOM: just
+            // these pages. A short read at EOF is fine.
+            let _ = rustix::io::pread(self.orig, &mut self.buf[..len], off);
+        }
     }
 
     /// The kernel said no: a skip naming its answer and what to do.

@@ -1,0 +1,71 @@
+//! Relocation leaves the application's page cache as it found it: a file
+//! a reader keeps mmapped and hot is relocated (the kernel's remap drops
+//! the range's cached pages on XFS and btrfs); every page resident before
+//! is resident after, and the pages relocation itself brought in are gone.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+
+use crate::helpers::*;
+use refreshd::engine::sys;
+
+const MIB: usize = 1 << 20;
+
+fn resident(f: &File, len: usize) -> usize {
+    sys::resident_pages(f.as_fd(), 0, len as u64)
+        .unwrap()
+        .iter()
+        .filter(|&&r| r)
+        .count()
+}
+
+#[test]
+fn privileged_relocation_keeps_the_applications_cached_pages() {
+    if !privileged("privileged_relocation_keeps_the_applications_cached_pages") {
+        return;
+    }
+    for kind in ["ext4j", "xfs", "btrfs"] {
+        let fs = LoopFs::new(kind, 512);
+        let hot = fs.path("hot");
+        let cold = fs.path("cold");
+        let len = 16 * MIB;
+        write_file(&hot, &pattern(len, 101));
+        write_file(&cold, &pattern(len, 102));
+        fs.sync();
+        testbed::measure::drop_caches();
+        // The application: the first half of `hot` mapped and read, so
+        // those pages are resident; `cold` is open but not read.
+        let app_hot = File::open(&hot).unwrap();
+        let app_cold = File::open(&cold).unwrap();
+        // No readahead: exactly the pages read are cached, none arrive later.
+        rustix::fs::fadvise(&app_hot, 0, None, rustix::fs::Advice::Random).unwrap();
+        let mut buf = vec![0u8; len / 2];
+        std::os::unix::fs::FileExt::read_exact_at(&app_hot, &mut buf, 0).unwrap();
+        let before = resident(&app_hot, len);
+        assert!(
+            before >= len / 2 / 4096,
+            "{kind}: the hot half is cached ({before})"
+        );
+        assert_eq!(resident(&app_cold, len), 0, "{kind}: cold starts uncached");
+        let (code, files, _) = refresh_json(&["--strategy", "relocate"], &[&hot, &cold]);
+        assert_eq!(code, 0, "{kind}: {files:#?}");
+        for f in &files {
+            assert_eq!(f["status"], "refreshed", "{kind}: {f:#}");
+        }
+        let after = resident(&app_hot, len);
+        assert!(
+            after >= before,
+            "{kind}: {before} pages cached before, {after} after"
+        );
+        assert!(
+            after <= before + 64,
+            "{kind}: relocation left its own pages cached ({after} > {before})"
+        );
+        assert_eq!(
+            resident(&app_cold, len),
+            0,
+            "{kind}: relocation's pages dropped"
+        );
+        assert!(std::fs::read(&hot).unwrap() == pattern(len, 101));
+    }
+}
