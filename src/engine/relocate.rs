@@ -274,18 +274,15 @@ impl Relocator<'_, '_> {
             return;
         };
         let first = c.offset / 4096 * 4096;
+        let evicted = |p: usize| before[p] && !after.get(p).copied().unwrap_or(true);
         let mut p = 0;
         while p < before.len() {
-            if !(before[p] && !after.get(p).copied().unwrap_or(true)) {
+            if !evicted(p) {
                 p += 1;
                 continue;
             }
             let start = p;
-            while p < before.len()
-                && p - start < PIECE / 4096
-                && before[p]
-                && !after.get(p).copied().unwrap_or(true)
-            {
+            while p < before.len() && p - start < PIECE / 4096 && evicted(p) {
                 p += 1;
             }
             let off = first + start as u64 * 4096;
