@@ -42,6 +42,11 @@ impl Drop for Daemon {
 /// Writes a config for `tree` with short intervals; `extra` goes into
 /// `[defaults]`.
 pub fn config(dir: &Path, tree: &Path, port: u16, extra: &str) -> PathBuf {
+    config_trees(dir, &[tree], port, extra)
+}
+
+/// A config with one `[[paths]]` per tree.
+pub fn config_trees(dir: &Path, trees: &[&Path], port: u16, extra: &str) -> PathBuf {
     let p = dir.join("refreshd.toml");
     let mut defaults: Vec<String> = [
         "scan_interval = \"30s\"",
@@ -61,9 +66,12 @@ pub fn config(dir: &Path, tree: &Path, port: u16, extra: &str) -> PathBuf {
     std::fs::write(
         &p,
         format!(
-            "state_dir = \"{d}/state\"\ncontrol_socket = \"{d}/run/control.sock\"\nmetrics_listen = \"127.0.0.1:{port}\"\n\n[defaults]\n{defaults}\n\n[[paths]]\npath = \"{t}\"\n",
+            "state_dir = \"{d}/state\"\ncontrol_socket = \"{d}/run/control.sock\"\nmetrics_listen = \"127.0.0.1:{port}\"\n\n[defaults]\n{defaults}\n{paths}",
             d = dir.display(),
-            t = tree.display(),
+            paths = trees
+                .iter()
+                .map(|t| format!("\n[[paths]]\npath = \"{}\"\n", t.display()))
+                .collect::<String>(),
             defaults = defaults.join("\n"),
         ),
     )

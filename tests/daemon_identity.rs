@@ -170,3 +170,46 @@ fn privileged_engine_refuses_a_file_that_is_not_the_expected_one() {
     let r = engine.refresh(target(None), None);
     assert_eq!(r.outcome, Outcome::Refreshed);
 }
+
+#[test]
+fn privileged_two_and_eight_drives_starting_at_once_are_all_served() {
+    if !privileged("privileged_two_and_eight_drives_starting_at_once_are_all_served") {
+        return;
+    }
+    for n in [2usize, 8] {
+        let fss: Vec<LoopFs> = (0..n).map(|_| LoopFs::new("ext4", 64)).collect();
+        let trees: Vec<_> = fss.iter().map(|fs| fs.path("tree")).collect();
+        for (i, t) in trees.iter().enumerate() {
+            stale_files(t, 2, 1, 200 + i as u64);
+        }
+        let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+        let port = free_port();
+        let tree_refs: Vec<&Path> = trees.iter().map(|t| t.as_path()).collect();
+        let cfg = config_trees(tmp.path(), &tree_refs, port, "sample_interval = \"1h\"\n");
+        let daemon = Daemon::start(tmp.path(), &cfg, port);
+        let all = |dm: &Daemon| -> Vec<serde_json::Value> {
+            let (code, out, err) = dm.ctl(&["--json", "status"]);
+            assert_eq!(code, 0, "{err}");
+            serde_json::from_str::<serde_json::Value>(&out).unwrap()["drives"]
+                .as_array()
+                .unwrap()
+                .clone()
+        };
+        // Within 20 s, below the 30 s scan interval: every first scan counts.
+        daemon.wait_for(&format!("{n} drives scanned"), 20, |dm| {
+            let d = all(dm);
+            d.len() == n && d.iter().all(|d| d["files"].as_u64() == Some(2))
+        });
+        for d in all(&daemon) {
+            assert!(d["error"].is_null(), "{n} drives: {d:#}");
+        }
+        let m = daemon.metrics();
+        let up: Vec<&str> = m
+            .lines()
+            .filter(|l| l.starts_with("refreshd_store_up{"))
+            .collect();
+        assert_eq!(up.len(), n, "{m}");
+        assert!(up.iter().all(|l| l.ends_with(" 1")), "{up:?}");
+        drop(daemon);
+    }
+}

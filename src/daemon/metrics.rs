@@ -73,6 +73,7 @@ pub struct Metrics {
     pub files: Family<DevOutcome, Counter>,
     pub read_errors: Family<Dev, Counter>,
     pub lease_exposed: Family<Dev, Counter>,
+    pub store_up: Family<Dev, Gauge>,
     pub last_refresh: Family<Dev, Gauge>,
     pub last_sample: Family<Dev, Gauge>,
     pub requests: Family<Verb, Counter>,
@@ -96,6 +97,7 @@ impl Metrics {
             files: Family::default(),
             read_errors: Family::default(),
             lease_exposed: Family::default(),
+            store_up: Family::default(),
             last_refresh: Family::default(),
             last_sample: Family::default(),
             requests: Family::default(),
@@ -163,6 +165,11 @@ impl Metrics {
              they may have overwritten another process's data (the file is reported failed)",
             Unit::Bytes,
             m.lease_exposed.clone(),
+        );
+        r.register(
+            "store_up",
+            "1 when the drive's worker has its state database open; 0 while it retries",
+            m.store_up.clone(),
         );
         r.register_with_unit(
             "last_refresh_timestamp",

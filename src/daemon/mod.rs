@@ -37,6 +37,28 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// A daemon's shared state without a daemon (unit tests of workers).
+    #[cfg(test)]
+    pub(crate) fn for_tests(
+        cfg: Config,
+        drives: Vec<Arc<DriveCell>>,
+        journal_dir: &Path,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            config: RwLock::new(cfg),
+            drives,
+            metrics: metrics::Metrics::new(),
+            permits: worker::Permits::default(),
+            stopping: AtomicBool::new(false),
+            started: Instant::now(),
+            backend: Mutex::new(None),
+            journal: Arc::new(
+                crate::inventory::journal::Journal::open(journal_dir)
+                    .unwrap_or_else(|e| panic!("test journal: {e}")),
+            ),
+        })
+    }
+
     pub fn config(&self) -> Config {
         self.config
             .read()

@@ -124,7 +124,8 @@ impl Store {
         store.db(store.conn.execute_batch(
             // busy_timeout first: switching to WAL needs a lock another
             // connection (another drive's worker) may hold at that moment.
-            "PRAGMA busy_timeout = 5000;
+            // 30 s: one drive's scan holds the write lock for its whole walk.
+            "PRAGMA busy_timeout = 30000;
              PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
              PRAGMA cache_size = -16384;
@@ -206,7 +207,13 @@ impl Store {
             path: path.clone(),
             source,
         };
-        let tx = self.conn.transaction().map_err(dberr)?;
+        // IMMEDIATE: take the write lock up front. A deferred transaction
+        // that reads first and writes later gets SQLITE_BUSY at once (no
+        // busy wait) when another drive's worker wrote meanwhile.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(dberr)?;
         let mut dirs: HashMap<Vec<u8>, i64> = HashMap::new();
         {
             let mut q = tx.prepare("SELECT id, path FROM dirs").map_err(dberr)?;
