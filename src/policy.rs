@@ -253,9 +253,19 @@ pub struct PlanRules {
 /// The stale files, oldest data first, skipping those refreshed within
 /// `min_interval`, within the byte budget.
 pub fn plan(files: &[FileRecord], rules: PlanRules) -> Plan {
+    plan_records(files.iter().cloned(), rules).0
+}
+
+/// [`plan`], consuming the candidates: also returns the plan's records, in
+/// plan order (one per entry). Only stale candidates are kept meanwhile.
+pub fn plan_records(
+    files: impl IntoIterator<Item = FileRecord>,
+    rules: PlanRules,
+) -> (Plan, Vec<FileRecord>) {
     let mut out = Plan::default();
-    let mut stale: Vec<&FileRecord> = files
-        .iter()
+    let mut records = vec![];
+    let mut stale: Vec<FileRecord> = files
+        .into_iter()
         .filter(|f| f.alloc > 0 && f.data_age(rules.now) >= rules.stale_after)
         .collect();
     stale.sort_by_key(|f| (f.data_written(), f.dev, f.ino));
@@ -283,8 +293,9 @@ pub fn plan(files: &[FileRecord], rules: PlanRules) -> Plan {
             size: f.size,
             age_days: f.data_age(rules.now).as_secs_f64() / 86_400.0,
         });
+        records.push(f);
     }
-    out
+    (out, records)
 }
 
 #[cfg(test)]

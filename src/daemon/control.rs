@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
-use super::worker::{DriveCell, NowRequest};
+use super::shared::{DriveCell, NowRequest};
 use super::Shared;
 use crate::config::Config;
 use crate::protocol::{self, Response, Verb, MAX_LINE};

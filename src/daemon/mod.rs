@@ -5,6 +5,9 @@
 
 pub mod control;
 pub mod metrics;
+pub mod round;
+pub mod shared;
+pub mod step;
 pub mod targets;
 pub mod worker;
 
@@ -20,109 +23,7 @@ use anyhow::{bail, Context, Result};
 use crate::config::{self, Config};
 use crate::drive;
 
-pub use worker::{DriveCell, DriveStatus};
-
-/// State shared by the workers, the control server and the metrics.
-#[derive(Debug)]
-pub struct Shared {
-    config: RwLock<Config>,
-    pub drives: Vec<Arc<DriveCell>>,
-    pub metrics: metrics::Metrics,
-    pub permits: worker::Permits,
-    stopping: AtomicBool,
-    pub started: Instant,
-    backend: Mutex<Option<String>>,
-    /// The crash-recovery journal every drive's engine writes to.
-    pub journal: Arc<crate::inventory::journal::Journal>,
-}
-
-impl Shared {
-    /// A daemon's shared state without a daemon (unit tests of workers).
-    #[cfg(test)]
-    pub(crate) fn for_tests(
-        cfg: Config,
-        drives: Vec<Arc<DriveCell>>,
-        journal_dir: &Path,
-    ) -> Arc<Shared> {
-        Arc::new(Shared {
-            config: RwLock::new(cfg),
-            drives,
-            metrics: metrics::Metrics::new(),
-            permits: worker::Permits::default(),
-            stopping: AtomicBool::new(false),
-            started: Instant::now(),
-            backend: Mutex::new(None),
-            journal: Arc::new(
-                crate::inventory::journal::Journal::open(journal_dir)
-                    .unwrap_or_else(|e| panic!("test journal: {e}")),
-            ),
-        })
-    }
-
-    pub fn config(&self) -> Config {
-        self.config
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    pub fn stopping(&self) -> bool {
-        self.stopping.load(Ordering::Relaxed)
-    }
-
-    fn set_backend(&self, name: &str) {
-        let mut b = self.backend.lock().unwrap_or_else(|e| e.into_inner());
-        if b.as_deref() != Some(name) {
-            if let Some(old) = b.as_deref() {
-                self.metrics
-                    .backend
-                    .get_or_create(&metrics::Backend {
-                        backend: old.into(),
-                    })
-                    .set(0);
-            }
-            self.metrics
-                .backend
-                .get_or_create(&metrics::Backend {
-                    backend: name.into(),
-                })
-                .set(1);
-            *b = Some(name.to_string());
-        }
-    }
-
-    /// The drive `name` names (device label, or one member's name).
-    pub fn find_drive(&self, name: &str) -> Option<&Arc<DriveCell>> {
-        let name = name.trim_start_matches("/dev/");
-        self.drives
-            .iter()
-            .find(|c| c.label == name || c.drives.iter().any(|d| d.name == name || d.id == name))
-    }
-
-    /// One line for systemd's STATUS and logs.
-    pub fn summary(&self) -> String {
-        let mut parts = vec![];
-        for c in &self.drives {
-            let st = c.lock();
-            let mut s = format!("{} {}", c.label, st.health.state.name());
-            if let Some(p) = &st.refresh {
-                s.push_str(&format!(
-                    " refreshing {}/{} files",
-                    p.files_done, p.files_total
-                ));
-            }
-            if c.paused.load(Ordering::Relaxed) {
-                s.push_str(" (paused)");
-            }
-            parts.push(s);
-        }
-        if parts.is_empty() {
-            "no drives".into()
-        } else {
-            parts.join("; ")
-        }
-    }
-}
+pub use shared::{DriveCell, DriveStatus, Shared};
 
 /// Holds `state_dir/refreshd.lock` (flock) for the daemon's lifetime.
 #[derive(Debug)]
@@ -198,7 +99,7 @@ pub fn run(config_path: &Path) -> Result<()> {
         config: RwLock::new(cfg.clone()),
         drives,
         metrics: metrics::Metrics::new(),
-        permits: worker::Permits::default(),
+        permits: shared::Permits::default(),
         stopping: AtomicBool::new(false),
         started: Instant::now(),
         backend: Mutex::new(None),

@@ -3,140 +3,17 @@
 //! the window, one drive at a time up to `max_active_drives`, pausable,
 //! checkpointed. Blocking work lives here, never on tokio's threads.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
 use crate::config::Settings;
-use crate::drive::Drive;
-use crate::engine::{Engine, EngineConfig, FileReport, Outcome};
 use crate::inventory::{self, FileRecord, Store};
-use crate::policy::{self, Health, HealthState, Judgement, Plan, PlanRules, Thresholds};
-use crate::sampler::{self, DriveSample, SampleOptions};
+use crate::policy::{self, HealthState, Thresholds};
+use crate::sampler::{self, SampleOptions};
 
-use super::Shared;
-
-/// A refresh in progress.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Progress {
-    pub files_total: u64,
-    pub files_done: u64,
-    pub bytes_total: u64,
-    pub bytes_done: u64,
-    pub started: i64,
-    pub forced: bool,
-    pub eta_seconds: Option<f64>,
-}
-
-/// The last sampling round.
-#[derive(Debug, Clone, Serialize)]
-pub struct SampleRecord {
-    pub at: i64,
-    pub sample: DriveSample,
-    pub judgement: Judgement,
-}
-
-/// What `refreshctl now` asked for.
-#[derive(Debug, Clone, Default)]
-pub struct NowRequest {
-    pub force: bool,
-    pub path: Option<PathBuf>,
-}
-
-/// A drive's status, shared with the control server.
-#[derive(Debug, Default, Serialize)]
-pub struct DriveStatus {
-    pub health: Health,
-    pub last_sample: Option<SampleRecord>,
-    pub stale_files: u64,
-    pub stale_bytes: u64,
-    pub files: u64,
-    pub plan: Plan,
-    pub refresh: Option<Progress>,
-    pub last_refresh: Option<i64>,
-    pub last_scan: Option<i64>,
-    pub error: Option<String>,
-    /// `now` requests received and completed (for `--wait`).
-    pub requests: u64,
-    pub completed: u64,
-    #[serde(skip)]
-    pub pending: Option<NowRequest>,
-    /// Bytes refreshed today (UTC day number, bytes).
-    #[serde(skip)]
-    pub today: (i64, u64),
-}
-
-/// A drive and its trees.
-#[derive(Debug)]
-pub struct DriveCell {
-    pub label: String,
-    pub drives: Vec<Drive>,
-    pub roots: Vec<PathBuf>,
-    pub status: Mutex<DriveStatus>,
-    pub wake: Condvar,
-    pub paused: AtomicBool,
-    /// Stops the engine's current file (pause, shutdown).
-    pub cancel: Arc<AtomicBool>,
-}
-
-impl DriveCell {
-    pub fn new(label: String, drives: Vec<Drive>, roots: Vec<PathBuf>) -> DriveCell {
-        DriveCell {
-            label,
-            drives,
-            roots,
-            status: Mutex::new(DriveStatus::default()),
-            wake: Condvar::new(),
-            paused: AtomicBool::new(false),
-            cancel: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, DriveStatus> {
-        self.status.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn poke(&self) {
-        self.wake.notify_all();
-    }
-}
-
-/// Counting semaphore for `max_active_drives`.
-#[derive(Debug, Default)]
-pub struct Permits {
-    active: Mutex<usize>,
-    cv: Condvar,
-}
-
-impl Permits {
-    /// Waits for a permit unless `stop` says to give up.
-    fn acquire(&self, max: usize, stop: &dyn Fn() -> bool) -> bool {
-        let mut n = self.active.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if stop() {
-                return false;
-            }
-            if *n < max.max(1) {
-                *n += 1;
-                return true;
-            }
-            n = self
-                .cv
-                .wait_timeout(n, Duration::from_millis(200))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-    }
-
-    fn release(&self) {
-        let mut n = self.active.lock().unwrap_or_else(|e| e.into_inner());
-        *n = n.saturating_sub(1);
-        self.cv.notify_all();
-    }
-}
+use super::shared::{DriveCell, SampleRecord, Shared};
+use super::step::{next_step, Request, Step, View};
 
 fn local_minute() -> u16 {
     // SAFETY: localtime_r with valid pointers; time(NULL) cannot fail.
@@ -158,6 +35,18 @@ fn settings_for(shared: &Shared, cell: &DriveCell) -> Settings {
         .map_or_else(|| cfg.defaults.clone(), |p| p.settings.clone())
 }
 
+/// What the loop remembers between steps.
+struct Loop {
+    next_scan: Instant,
+    next_sample: Instant,
+    files: Vec<FileRecord>,
+    /// Files just refreshed: the next sample measures them (did it help?).
+    verify: Option<Vec<FileRecord>>,
+    /// The waiting `now` request was sampled for.
+    request_sampled: bool,
+    refresh_not_before: Instant,
+}
+
 /// The worker's loop; returns at shutdown.
 pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
     let span = tracing::info_span!("drive", device = %cell.label);
@@ -165,85 +54,95 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
     let Some(mut store) = open_store(&shared, &cell) else {
         return; // stopping
     };
-    let mut next_scan = Instant::now();
-    let mut next_sample = Instant::now();
-    let mut files: Vec<FileRecord> = vec![];
-    // Files just refreshed: the next round measures them (did it help?).
-    let mut verify: Option<Vec<FileRecord>> = None;
-    while !shared.stopping() {
+    let now = Instant::now();
+    let mut l = Loop {
+        next_scan: now,
+        next_sample: now,
+        files: vec![],
+        verify: None,
+        request_sampled: false,
+        refresh_not_before: now,
+    };
+    loop {
         let s = settings_for(&shared, &cell);
-        let now = Instant::now();
-        if now >= next_scan {
-            files = scan(&mut store, &cell, &s);
-            next_scan = now + s.scan_interval;
-        }
-        let request = cell.lock().pending.clone();
-        if now >= next_sample || request.is_some() {
-            let state = match verify.take() {
-                // Rewritten data counts as stale here: it is what is judged.
-                Some(done) => sample(
-                    &shared,
-                    &cell,
-                    &done,
-                    &Settings {
-                        stale_after: Duration::ZERO,
-                        ..s.clone()
-                    },
-                ),
-                None => sample(&shared, &cell, &files, &s),
-            };
-            next_sample = Instant::now()
-                + if state == HealthState::Suspect {
-                    // Confirm soon instead of in hours.
-                    (s.sample_interval / 6).max(Duration::from_secs(1))
-                } else {
-                    s.sample_interval
-                };
-        }
-        let (want, forced, only) = {
+        let (request, wants_refresh, only) = {
             let st = cell.lock();
-            let force = st.pending.as_ref().is_some_and(|r| r.force);
+            let request = st.pending.as_ref().map(|r| Request {
+                force: r.force,
+                sampled: l.request_sampled,
+            });
             let only = st.pending.as_ref().and_then(|r| r.path.clone());
-            (st.health.wants_refresh() || force, force, only)
+            (request, st.health.wants_refresh(), only)
         };
-        let in_window = s.window.contains(local_minute());
-        let paused = cell.paused.load(Ordering::Relaxed);
-        if want && in_window && !paused && !shared.stopping() {
-            let (finished, done) =
-                refresh(&shared, &cell, &store, &files, &s, forced, only.as_deref());
-            if finished {
-                verify = Some(done);
-                {
+        let view = View {
+            now: Instant::now(),
+            stopping: shared.stopping(),
+            next_scan: l.next_scan,
+            next_sample: l.next_sample,
+            verify_pending: l.verify.is_some(),
+            request,
+            wants_refresh,
+            paused: cell.paused.load(Ordering::Relaxed),
+            in_window: s.window.contains(local_minute()),
+            refresh_not_before: l.refresh_not_before,
+        };
+        match next_step(&view) {
+            Step::Stop => return,
+            Step::Scan => {
+                l.files = scan(&mut store, &cell, &s);
+                l.next_scan = Instant::now() + s.scan_interval;
+            }
+            Step::Sample { verify } => {
+                let state = match l.verify.take().filter(|_| verify) {
+                    // Rewritten data counts as stale here: it is what is judged.
+                    Some(done) => {
+                        let all_stale = Settings {
+                            stale_after: Duration::ZERO,
+                            ..s.clone()
+                        };
+                        sample(&shared, &cell, &done, &all_stale)
+                    }
+                    None => sample(&shared, &cell, &l.files, &s),
+                };
+                l.request_sampled = request.is_some();
+                l.next_sample = Instant::now()
+                    + if state == HealthState::Suspect {
+                        // Confirm soon instead of in hours.
+                        (s.sample_interval / 6).max(Duration::from_secs(1))
+                    } else {
+                        s.sample_interval
+                    };
+            }
+            Step::Refresh { forced } => {
+                let r = super::round::run(&shared, &cell, &store, &s, forced, only.as_deref());
+                if r.finished {
                     let mut st = cell.lock();
                     st.health.refreshed();
                     st.pending = None;
                     st.completed = st.requests;
+                    l.request_sampled = false;
+                    // Verify at once: rescan (ages), then measure them.
+                    l.verify = Some(r.refreshed);
+                    l.next_scan = Instant::now();
+                } else if !shared.stopping() && !cell.paused.load(Ordering::Relaxed) {
+                    // It could not start (the error is in the status).
+                    l.refresh_not_before = Instant::now() + Duration::from_secs(30);
                 }
-                // Verify at once: rescan (ages) and sample again.
-                files = scan(&mut store, &cell, &s);
-                next_sample = Instant::now();
-                continue;
             }
-        } else if !want {
-            // Nothing to do for the request beyond sampling.
-            let mut st = cell.lock();
-            if st.pending.take().is_some() {
+            Step::Answer => {
+                let mut st = cell.lock();
+                st.pending = None;
                 st.completed = st.requests;
+                l.request_sampled = false;
             }
-        } else if !in_window && request.is_some() {
-            let mut st = cell.lock();
-            st.error = Some("outside the maintenance window: the refresh waits for it".into());
+            Step::Wait { at_most, why } => {
+                let mut st = cell.lock();
+                if let Some(why) = why {
+                    st.error = Some(why.into());
+                }
+                let _ = cell.wake.wait_timeout(st, at_most);
+            }
         }
-        // Sleep until the next deadline or a poke.
-        let deadline = next_scan.min(next_sample);
-        let st = cell.lock();
-        if st.pending.is_some() && !paused && in_window {
-            continue;
-        }
-        let wait = deadline
-            .saturating_duration_since(Instant::now())
-            .min(Duration::from_secs(30));
-        let _ = cell.wake.wait_timeout(st, wait);
     }
 }
 
@@ -289,7 +188,7 @@ fn open_store(shared: &Shared, cell: &DriveCell) -> Option<Store> {
 
 /// The inode generation of a file just refreshed (kept in the inventory
 /// with its identity; reading it at scan time would cost an open per file).
-fn generation_of(f: &FileRecord) -> Option<u32> {
+pub(crate) fn generation_of(f: &FileRecord) -> Option<u32> {
     let fd = rustix::fs::openat2(
         rustix::fs::CWD,
         &f.path,
@@ -391,232 +290,13 @@ fn sample(shared: &Shared, cell: &DriveCell, files: &[FileRecord], s: &Settings)
     }
 }
 
-/// Refreshes the drive's plan; true when it ran to the end, with the
-/// files it refreshed.
-fn refresh(
-    shared: &Shared,
-    cell: &DriveCell,
-    store: &Store,
-    files: &[FileRecord],
-    s: &Settings,
-    forced: bool,
-    only: Option<&std::path::Path>,
-) -> (bool, Vec<FileRecord>) {
-    let now = inventory::now_secs();
-    let day = now.div_euclid(86_400);
-    let budget_left = s.daily_budget.map(|b| {
-        let st = cell.lock();
-        if st.today.0 == day {
-            b.saturating_sub(st.today.1)
-        } else {
-            b
-        }
-    });
-    // From the database, not the last scan's copy: files refreshed by an
-    // earlier, interrupted run carry their new last_refresh there.
-    let mut candidates: Vec<FileRecord> = vec![];
-    for root in &cell.roots {
-        match store.files(root) {
-            Ok(f) => candidates.extend(f),
-            Err(e) => tracing::warn!("{e}"),
-        }
-    }
-    if candidates.is_empty() {
-        candidates = files.to_vec();
-    }
-    candidates.retain(|f| only.is_none_or(|p| f.path.starts_with(p)));
-    let files = &candidates;
-    let plan = policy::plan(
-        &candidates,
-        PlanRules {
-            now,
-            stale_after: s.stale_after,
-            min_interval: if forced {
-                Duration::ZERO
-            } else {
-                s.min_interval
-            },
-            budget_left,
-        },
-    );
-    cell.lock().plan = plan.clone();
-    let mut refreshed = vec![];
-    if plan.files.is_empty() {
-        return (true, refreshed);
-    }
-    let stop = || shared.stopping() || cell.paused.load(Ordering::Relaxed);
-    if !shared
-        .permits
-        .acquire(shared.config().max_active_drives, &stop)
-    {
-        return (false, refreshed);
-    }
-    cell.cancel.store(false, Ordering::Relaxed);
-    let engine = match Engine::start(EngineConfig {
-        rate: Some(s.rate),
-        min_free: Some(s.min_free),
-        cancel: cell.cancel.clone(),
-        strategy: s.strategy,
-        journal: Some(shared.journal.clone()),
-        ..EngineConfig::default()
-    }) {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::error!("starting the engine: {e}");
-            cell.lock().error = Some(e.to_string());
-            shared.permits.release();
-            return (false, refreshed);
-        }
-    };
-    shared.set_backend(engine.backend().name());
-    let dev = super::metrics::Dev {
-        device: cell.label.clone(),
-    };
-    shared.metrics.in_progress.get_or_create(&dev).set(1);
-    let started = Instant::now();
-    let mut progress = Progress {
-        files_total: plan.files.len() as u64,
-        bytes_total: plan.bytes,
-        started: now,
-        forced,
-        ..Progress::default()
-    };
-    cell.lock().refresh = Some(progress.clone());
-    tracing::info!(
-        files = plan.files.len(),
-        bytes = plan.bytes,
-        forced,
-        "refresh starts"
-    );
-    let mut finished = true;
-    let roots = super::targets::Roots::open(&cell.roots);
-    for entry in &plan.files {
-        if stop() {
-            finished = false;
-            break;
-        }
-        let Some(rec) = files
-            .iter()
-            .find(|f| f.dev == entry.dev && f.ino == entry.ino)
-        else {
-            continue;
-        };
-        let skip = store.resume_point(rec).unwrap_or(0);
-        if skip > 0 {
-            tracing::info!(path = %rec.path.display(), skip, "resuming from checkpoint");
-        }
-        let Some(target) = roots.target(rec) else {
-            tracing::warn!(path = %rec.path.display(), "not beneath an open tree; skipped");
-            continue;
-        };
-        let done = Arc::new(AtomicU64::new(skip));
-        let d2 = done.clone();
-        let rx = engine.submit_resuming(
-            target,
-            skip,
-            Some(Box::new(move |n| {
-                d2.fetch_add(n, Ordering::Relaxed);
-            })),
-        );
-        let base = progress.bytes_done;
-        let mut last_saved = skip;
-        let report: FileReport = loop {
-            match rx.recv_timeout(Duration::from_millis(500)) {
-                Ok(r) => break r,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    let d = done.load(Ordering::Relaxed);
-                    // Checkpoint whenever there was progress (twice a
-                    // second at most): resume point and "we were writing
-                    // until then" for the mtime recovery above.
-                    if d > last_saved {
-                        let _ = store.save_checkpoint(rec, d);
-                        last_saved = d;
-                    }
-                    let mut st = cell.lock();
-                    if let Some(p) = st.refresh.as_mut() {
-                        p.bytes_done = base + d;
-                        let el = started.elapsed().as_secs_f64();
-                        if p.bytes_done > 0 && el > 1.0 {
-                            let rate = p.bytes_done as f64 / el;
-                            p.eta_seconds =
-                                Some(p.bytes_total.saturating_sub(p.bytes_done) as f64 / rate);
-                        }
-                    }
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    break FileReport::new(
-                        rec.path.clone(),
-                        Outcome::Failed {
-                            reason: "the I/O thread stopped".into(),
-                        },
-                    )
-                }
-            }
-        };
-        shared.metrics.record_report(&cell.label, &report);
-        progress.bytes_done = base + entry.size;
-        progress.files_done += 1;
-        match &report.outcome {
-            Outcome::Refreshed => {
-                refreshed.push(rec.clone());
-                let _ = store.clear_checkpoint(rec.dev, rec.ino);
-                let generation = generation_of(rec);
-                let _ = store.mark_refreshed(rec.dev, rec.ino, inventory::now_secs(), generation);
-                let mut st = cell.lock();
-                if st.today.0 != day {
-                    st.today = (day, 0);
-                }
-                st.today.1 += report.bytes_refreshed;
-                tracing::info!(path = %rec.path.display(), bytes = report.bytes_refreshed, strategy = report.strategy, "refreshed");
-            }
-            Outcome::Interrupted { reason, .. } => {
-                let d = done.load(Ordering::Relaxed);
-                let _ = store.save_checkpoint(rec, d);
-                tracing::info!(path = %rec.path.display(), done = d, %reason, "interrupted; checkpointed");
-                finished = false;
-                break;
-            }
-            Outcome::Skipped { detail, .. } => {
-                // A resume point is only for the same file interrupted.
-                let _ = store.clear_checkpoint(rec.dev, rec.ino);
-                tracing::info!(path = %rec.path.display(), %detail, "skipped");
-            }
-            Outcome::Failed { reason } => {
-                let _ = store.clear_checkpoint(rec.dev, rec.ino);
-                tracing::warn!(path = %rec.path.display(), %reason, "failed");
-            }
-            Outcome::WouldRefresh => {}
-        }
-        cell.lock().refresh = Some(progress.clone());
-    }
-    drop(engine);
-    shared.permits.release();
-    shared.metrics.in_progress.get_or_create(&dev).set(0);
-    let end = inventory::now_secs();
-    if finished {
-        shared.metrics.last_refresh.get_or_create(&dev).set(end);
-    }
-    let mut st = cell.lock();
-    st.refresh = None;
-    if finished {
-        st.last_refresh = Some(end);
-    }
-    tracing::info!(
-        finished,
-        files = progress.files_done,
-        bytes = progress.bytes_done,
-        "refresh ends"
-    );
-    (finished, refreshed)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Config;
 
     fn shared_with_state_dir(
-        dir: PathBuf,
+        dir: std::path::PathBuf,
         journal: &std::path::Path,
     ) -> (Arc<Shared>, Arc<DriveCell>) {
         let cfg = Config {

@@ -1,0 +1,293 @@
+//! One refresh round of a drive: plan from the database, take a permit
+//! (given back on every path), start the drive's engine, and send it the
+//! planned files one by one, resolved beneath their trees by identity,
+//! checkpointing progress and counting outcomes.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Settings;
+use crate::engine::{Engine, EngineConfig, FileReport, Outcome};
+use crate::inventory::{self, FileRecord, Store};
+use crate::policy::{self, Plan, PlanRules};
+
+use super::shared::{DriveCell, Progress, Shared};
+use super::targets::Roots;
+
+/// What a round did.
+#[derive(Debug, Default)]
+pub struct RoundResult {
+    /// It went through the whole plan (not stopped, paused or failed to
+    /// start).
+    pub finished: bool,
+    /// The files it refreshed (measured next, to see whether it helped).
+    pub refreshed: Vec<FileRecord>,
+}
+
+/// The plan for this round, from the database (files refreshed by an
+/// earlier, interrupted round carry their new last_refresh there), and
+/// the record of each entry, in plan order.
+fn plan(
+    cell: &DriveCell,
+    store: &Store,
+    s: &Settings,
+    forced: bool,
+    only: Option<&Path>,
+) -> (Plan, Vec<FileRecord>) {
+    let now = inventory::now_secs();
+    let day = now.div_euclid(86_400);
+    let budget_left = s.daily_budget.map(|b| {
+        let st = cell.lock();
+        if st.today.0 == day {
+            b.saturating_sub(st.today.1)
+        } else {
+            b
+        }
+    });
+    let candidates = cell.roots.iter().flat_map(|root| match store.files(root) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!("{e}");
+            vec![]
+        }
+    });
+    let rules = PlanRules {
+        now,
+        stale_after: s.stale_after,
+        min_interval: if forced {
+            Duration::ZERO
+        } else {
+            s.min_interval
+        },
+        budget_left,
+    };
+    policy::plan_records(
+        candidates.filter(|f| only.is_none_or(|p| f.path.starts_with(p))),
+        rules,
+    )
+}
+
+/// Refreshes the drive's plan.
+pub fn run(
+    shared: &Shared,
+    cell: &DriveCell,
+    store: &Store,
+    s: &Settings,
+    forced: bool,
+    only: Option<&Path>,
+) -> RoundResult {
+    let (plan, records) = plan(cell, store, s, forced, only);
+    cell.lock().plan = plan.clone();
+    if plan.files.is_empty() {
+        return RoundResult {
+            finished: true,
+            refreshed: vec![],
+        };
+    }
+    let stop = || shared.stopping() || cell.paused.load(Ordering::Relaxed);
+    let Some(_permit) = shared
+        .permits
+        .acquire(shared.config().max_active_drives, &stop)
+    else {
+        return RoundResult::default();
+    };
+    cell.cancel.store(false, Ordering::Relaxed);
+    let engine = match Engine::start(EngineConfig {
+        rate: Some(s.rate),
+        min_free: Some(s.min_free),
+        cancel: cell.cancel.clone(),
+        strategy: s.strategy,
+        journal: Some(shared.journal.clone()),
+        ..EngineConfig::default()
+    }) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!("starting the engine: {e}");
+            cell.lock().error = Some(e.to_string());
+            return RoundResult::default();
+        }
+    };
+    shared.set_backend(engine.backend().name());
+    let dev = super::metrics::Dev {
+        device: cell.label.clone(),
+    };
+    shared.metrics.in_progress.get_or_create(&dev).set(1);
+    let mut round = Round {
+        shared,
+        cell,
+        store,
+        started: Instant::now(),
+        progress: Progress {
+            files_total: plan.files.len() as u64,
+            bytes_total: plan.bytes,
+            started: inventory::now_secs(),
+            forced,
+            ..Progress::default()
+        },
+        refreshed: vec![],
+    };
+    cell.lock().refresh = Some(round.progress.clone());
+    tracing::info!(
+        files = plan.files.len(),
+        bytes = plan.bytes,
+        forced,
+        "refresh starts"
+    );
+    let roots = Roots::open(&cell.roots);
+    let mut finished = true;
+    for rec in &records {
+        if stop() {
+            finished = false;
+            break;
+        }
+        if !round.file(&engine, &roots, rec) {
+            finished = false;
+            break;
+        }
+    }
+    drop(engine);
+    shared.metrics.in_progress.get_or_create(&dev).set(0);
+    let end = inventory::now_secs();
+    if finished {
+        shared.metrics.last_refresh.get_or_create(&dev).set(end);
+    }
+    let mut st = cell.lock();
+    st.refresh = None;
+    if finished {
+        st.last_refresh = Some(end);
+    }
+    tracing::info!(
+        finished,
+        files = round.progress.files_done,
+        bytes = round.progress.bytes_done,
+        "refresh ends"
+    );
+    RoundResult {
+        finished,
+        refreshed: round.refreshed,
+    }
+}
+
+/// The round's running state.
+struct Round<'a> {
+    shared: &'a Shared,
+    cell: &'a DriveCell,
+    store: &'a Store,
+    started: Instant,
+    progress: Progress,
+    refreshed: Vec<FileRecord>,
+}
+
+impl Round<'_> {
+    /// One file; false when the round must stop (interrupted).
+    fn file(&mut self, engine: &Engine, roots: &Roots, rec: &FileRecord) -> bool {
+        let skip = self.store.resume_point(rec).unwrap_or(0);
+        if skip > 0 {
+            tracing::info!(path = %rec.path.display(), skip, "resuming from checkpoint");
+        }
+        let Some(target) = roots.target(rec) else {
+            tracing::warn!(path = %rec.path.display(), "not beneath an open tree; skipped");
+            return true;
+        };
+        let done = Arc::new(AtomicU64::new(skip));
+        let d2 = done.clone();
+        let rx = engine.submit_resuming(
+            target,
+            skip,
+            Some(Box::new(move |n| {
+                d2.fetch_add(n, Ordering::Relaxed);
+            })),
+        );
+        let base = self.progress.bytes_done;
+        let report = self.wait(rec, &rx, &done, base, skip);
+        self.shared.metrics.record_report(&self.cell.label, &report);
+        self.progress.bytes_done = base + rec.size;
+        self.progress.files_done += 1;
+        let go_on = self.settle(rec, &report, done.load(Ordering::Relaxed));
+        self.cell.lock().refresh = Some(self.progress.clone());
+        go_on
+    }
+
+    /// Waits for the file's report, checkpointing progress (twice a second
+    /// at most) and updating the status meanwhile.
+    fn wait(
+        &self,
+        rec: &FileRecord,
+        rx: &Receiver<FileReport>,
+        done: &AtomicU64,
+        base: u64,
+        skip: u64,
+    ) -> FileReport {
+        let mut last_saved = skip;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(500)) {
+                Ok(r) => return r,
+                Err(RecvTimeoutError::Timeout) => {
+                    let d = done.load(Ordering::Relaxed);
+                    if d > last_saved {
+                        let _ = self.store.save_checkpoint(rec, d);
+                        last_saved = d;
+                    }
+                    let mut st = self.cell.lock();
+                    if let Some(p) = st.refresh.as_mut() {
+                        p.bytes_done = base + d;
+                        let el = self.started.elapsed().as_secs_f64();
+                        if p.bytes_done > 0 && el > 1.0 {
+                            let rate = p.bytes_done as f64 / el;
+                            p.eta_seconds =
+                                Some(p.bytes_total.saturating_sub(p.bytes_done) as f64 / rate);
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return FileReport::new(
+                        rec.path.clone(),
+                        Outcome::Failed {
+                            reason: "the I/O thread stopped".into(),
+                        },
+                    )
+                }
+            }
+        }
+    }
+
+    /// Records the outcome; false when the round must stop. A checkpoint
+    /// survives only an interruption (to resume the same file).
+    fn settle(&mut self, rec: &FileRecord, report: &FileReport, done: u64) -> bool {
+        let store = self.store;
+        match &report.outcome {
+            Outcome::Refreshed => {
+                let _ = store.clear_checkpoint(rec.dev, rec.ino);
+                let generation = super::worker::generation_of(rec);
+                let _ = store.mark_refreshed(rec.dev, rec.ino, inventory::now_secs(), generation);
+                let day = inventory::now_secs().div_euclid(86_400);
+                let mut st = self.cell.lock();
+                if st.today.0 != day {
+                    st.today = (day, 0);
+                }
+                st.today.1 += report.bytes_refreshed;
+                drop(st);
+                self.refreshed.push(rec.clone());
+                tracing::info!(path = %rec.path.display(), bytes = report.bytes_refreshed, strategy = report.strategy, "refreshed");
+            }
+            Outcome::Interrupted { reason, .. } => {
+                let _ = store.save_checkpoint(rec, done);
+                tracing::info!(path = %rec.path.display(), done, %reason, "interrupted; checkpointed");
+                return false;
+            }
+            Outcome::Skipped { detail, .. } => {
+                let _ = store.clear_checkpoint(rec.dev, rec.ino);
+                tracing::info!(path = %rec.path.display(), %detail, "skipped");
+            }
+            Outcome::Failed { reason } => {
+                let _ = store.clear_checkpoint(rec.dev, rec.ino);
+                tracing::warn!(path = %rec.path.display(), %reason, "failed");
+            }
+            Outcome::WouldRefresh => {}
+        }
+        true
+    }
+}

@@ -1,0 +1,252 @@
+//! State shared by the drive workers, the control server and the metrics:
+//! the daemon's `Shared`, one `DriveCell` per drive with its status, and
+//! the permits that bound how many drives refresh at once.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::drive::Drive;
+use crate::policy::{Health, Judgement, Plan};
+use crate::sampler::DriveSample;
+
+/// State shared by the workers, the control server and the metrics.
+#[derive(Debug)]
+pub struct Shared {
+    pub(crate) config: RwLock<Config>,
+    pub drives: Vec<Arc<DriveCell>>,
+    pub metrics: super::metrics::Metrics,
+    pub permits: Permits,
+    pub(crate) stopping: AtomicBool,
+    pub started: Instant,
+    pub(crate) backend: Mutex<Option<String>>,
+    /// The crash-recovery journal every drive's engine writes to.
+    pub journal: Arc<crate::inventory::journal::Journal>,
+}
+
+impl Shared {
+    /// A daemon's shared state without a daemon (unit tests of workers).
+    #[cfg(test)]
+    pub(crate) fn for_tests(
+        cfg: Config,
+        drives: Vec<Arc<DriveCell>>,
+        journal_dir: &std::path::Path,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            config: RwLock::new(cfg),
+            drives,
+            metrics: super::metrics::Metrics::new(),
+            permits: Permits::default(),
+            stopping: AtomicBool::new(false),
+            started: Instant::now(),
+            backend: Mutex::new(None),
+            journal: Arc::new(
+                crate::inventory::journal::Journal::open(journal_dir)
+                    .unwrap_or_else(|e| panic!("test journal: {e}")),
+            ),
+        })
+    }
+
+    pub fn config(&self) -> Config {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_backend(&self, name: &str) {
+        let mut b = self.backend.lock().unwrap_or_else(|e| e.into_inner());
+        if b.as_deref() != Some(name) {
+            if let Some(old) = b.as_deref() {
+                self.metrics
+                    .backend
+                    .get_or_create(&super::metrics::Backend {
+                        backend: old.into(),
+                    })
+                    .set(0);
+            }
+            self.metrics
+                .backend
+                .get_or_create(&super::metrics::Backend {
+                    backend: name.into(),
+                })
+                .set(1);
+            *b = Some(name.to_string());
+        }
+    }
+
+    /// The drive `name` names (device label, or one member's name).
+    pub fn find_drive(&self, name: &str) -> Option<&Arc<DriveCell>> {
+        let name = name.trim_start_matches("/dev/");
+        self.drives
+            .iter()
+            .find(|c| c.label == name || c.drives.iter().any(|d| d.name == name || d.id == name))
+    }
+
+    /// One line for systemd's STATUS and logs.
+    pub fn summary(&self) -> String {
+        let mut parts = vec![];
+        for c in &self.drives {
+            let st = c.lock();
+            let mut s = format!("{} {}", c.label, st.health.state.name());
+            if let Some(p) = &st.refresh {
+                s.push_str(&format!(
+                    " refreshing {}/{} files",
+                    p.files_done, p.files_total
+                ));
+            }
+            if c.paused.load(Ordering::Relaxed) {
+                s.push_str(" (paused)");
+            }
+            parts.push(s);
+        }
+        if parts.is_empty() {
+            "no drives".into()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
+
+/// A refresh in progress.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Progress {
+    pub files_total: u64,
+    pub files_done: u64,
+    pub bytes_total: u64,
+    pub bytes_done: u64,
+    pub started: i64,
+    pub forced: bool,
+    pub eta_seconds: Option<f64>,
+}
+
+/// The last sampling round.
+#[derive(Debug, Clone, Serialize)]
+pub struct SampleRecord {
+    pub at: i64,
+    pub sample: DriveSample,
+    pub judgement: Judgement,
+}
+
+/// What `refreshctl now` asked for.
+#[derive(Debug, Clone, Default)]
+pub struct NowRequest {
+    pub force: bool,
+    pub path: Option<PathBuf>,
+}
+
+/// A drive's status, shared with the control server.
+#[derive(Debug, Default, Serialize)]
+pub struct DriveStatus {
+    pub health: Health,
+    pub last_sample: Option<SampleRecord>,
+    pub stale_files: u64,
+    pub stale_bytes: u64,
+    pub files: u64,
+    pub plan: Plan,
+    pub refresh: Option<Progress>,
+    pub last_refresh: Option<i64>,
+    pub last_scan: Option<i64>,
+    pub error: Option<String>,
+    /// `now` requests received and completed (for `--wait`).
+    pub requests: u64,
+    pub completed: u64,
+    #[serde(skip)]
+    pub pending: Option<NowRequest>,
+    /// Bytes refreshed today (UTC day number, bytes).
+    #[serde(skip)]
+    pub today: (i64, u64),
+}
+
+/// A drive and its trees.
+#[derive(Debug)]
+pub struct DriveCell {
+    pub label: String,
+    pub drives: Vec<Drive>,
+    pub roots: Vec<PathBuf>,
+    pub status: Mutex<DriveStatus>,
+    pub wake: Condvar,
+    pub paused: AtomicBool,
+    /// Stops the engine's current file (pause, shutdown).
+    pub cancel: Arc<AtomicBool>,
+}
+
+impl DriveCell {
+    pub fn new(label: String, drives: Vec<Drive>, roots: Vec<PathBuf>) -> DriveCell {
+        DriveCell {
+            label,
+            drives,
+            roots,
+            status: Mutex::new(DriveStatus::default()),
+            wake: Condvar::new(),
+            paused: AtomicBool::new(false),
+            cancel: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, DriveStatus> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn poke(&self) {
+        self.wake.notify_all();
+    }
+}
+
+/// Counting semaphore for `max_active_drives`.
+#[derive(Debug, Default)]
+pub struct Permits {
+    active: Mutex<usize>,
+    cv: Condvar,
+}
+
+impl Permits {
+    /// Waits for a permit unless `stop` says to give up. The permit is
+    /// given back when the returned guard is dropped, on every path.
+    pub fn acquire(&self, max: usize, stop: &dyn Fn() -> bool) -> Option<Permit<'_>> {
+        let mut n = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if stop() {
+                return None;
+            }
+            if *n < max.max(1) {
+                *n += 1;
+                return Some(Permit(self));
+            }
+            n = self
+                .cv
+                .wait_timeout(n, Duration::from_millis(200))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn release(&self) {
+        let mut n = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        self.cv.notify_all();
+    }
+
+    /// Permits held now.
+    pub fn active(&self) -> usize {
+        *self.active.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One of `max_active_drives` permits, held while a drive refreshes.
+#[derive(Debug)]
+pub struct Permit<'a>(&'a Permits);
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}

@@ -1,0 +1,251 @@
+//! What a drive's worker does next, as a pure function of what it knows:
+//! the loop gathers a [`View`], [`next_step`] decides, the loop acts. No
+//! clock, lock or I/O here, so every rule is unit-tested without root.
+
+use std::time::{Duration, Instant};
+
+/// The longest sleep between two looks (a poke wakes it earlier).
+pub const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// A `refreshctl now` that waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub force: bool,
+    /// The drive was sampled since it came (a request samples once).
+    pub sampled: bool,
+}
+
+/// Everything the decision depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct View {
+    pub now: Instant,
+    pub stopping: bool,
+    pub next_scan: Instant,
+    pub next_sample: Instant,
+    /// Files just refreshed wait to be measured.
+    pub verify_pending: bool,
+    pub request: Option<Request>,
+    /// The health says: refresh (degraded).
+    pub wants_refresh: bool,
+    pub paused: bool,
+    pub in_window: bool,
+    /// No refresh before this (after one failed to start).
+    pub refresh_not_before: Instant,
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Stop,
+    Scan,
+    /// Sample the drive; `verify`: measure the files just refreshed.
+    Sample {
+        verify: bool,
+    },
+    Refresh {
+        forced: bool,
+    },
+    /// The request needs no refresh: it is done.
+    Answer,
+    /// Sleep this long at most (a poke wakes earlier); `why` is shown to
+    /// the operator while a request waits.
+    Wait {
+        at_most: Duration,
+        why: Option<&'static str>,
+    },
+}
+
+pub const WAITING_FOR_WINDOW: &str = "outside the maintenance window: the refresh waits for it";
+pub const PAUSED: &str = "paused: the refresh waits for `refreshctl resume`";
+
+pub fn next_step(v: &View) -> Step {
+    if v.stopping {
+        return Step::Stop;
+    }
+    if v.now >= v.next_scan {
+        return Step::Scan;
+    }
+    if v.verify_pending {
+        return Step::Sample { verify: true };
+    }
+    let unsampled_request = v.request.is_some_and(|r| !r.sampled);
+    if v.now >= v.next_sample || unsampled_request {
+        return Step::Sample { verify: false };
+    }
+    let forced = v.request.is_some_and(|r| r.force);
+    let deadline = v.next_scan.min(v.next_sample);
+    let until = |t: Instant| t.saturating_duration_since(v.now).min(MAX_WAIT);
+    if v.wants_refresh || forced {
+        let why = if v.paused {
+            Some(PAUSED)
+        } else if !v.in_window {
+            Some(WAITING_FOR_WINDOW)
+        } else if v.now < v.refresh_not_before {
+            None
+        } else {
+            return Step::Refresh { forced };
+        };
+        let at_most = until(deadline.min(v.refresh_not_before.max(v.now)));
+        let at_most = if at_most.is_zero() {
+            until(deadline)
+        } else {
+            at_most
+        };
+        return Step::Wait {
+            at_most,
+            why: if v.request.is_some() { why } else { None },
+        };
+    }
+    if v.request.is_some() {
+        return Step::Answer;
+    }
+    Step::Wait {
+        at_most: until(deadline),
+        why: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view() -> View {
+        let now = Instant::now();
+        View {
+            now,
+            stopping: false,
+            next_scan: now + Duration::from_secs(3600),
+            next_sample: now + Duration::from_secs(600),
+            verify_pending: false,
+            request: None,
+            wants_refresh: false,
+            paused: false,
+            in_window: true,
+            refresh_not_before: now,
+        }
+    }
+
+    #[test]
+    fn stop_wins_then_scan_then_verification() {
+        let v = View {
+            stopping: true,
+            ..view()
+        };
+        assert_eq!(next_step(&v), Step::Stop);
+        let v = View {
+            next_scan: view().now,
+            verify_pending: true,
+            ..view()
+        };
+        assert_eq!(next_step(&v), Step::Scan);
+        let v = View {
+            verify_pending: true,
+            wants_refresh: true,
+            ..view()
+        };
+        assert_eq!(next_step(&v), Step::Sample { verify: true });
+    }
+
+    #[test]
+    fn idle_sleeps_until_the_next_deadline_capped() {
+        assert_eq!(
+            next_step(&view()),
+            Step::Wait {
+                at_most: MAX_WAIT,
+                why: None
+            }
+        );
+        let v = view();
+        let v = View {
+            next_sample: v.now + Duration::from_secs(5),
+            ..v
+        };
+        assert_eq!(
+            next_step(&v),
+            Step::Wait {
+                at_most: Duration::from_secs(5),
+                why: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_request_is_sampled_once_then_answered_or_refreshed() {
+        let req = |force, sampled| Some(Request { force, sampled });
+        let v = View {
+            request: req(false, false),
+            ..view()
+        };
+        assert_eq!(next_step(&v), Step::Sample { verify: false });
+        let v = View {
+            request: req(false, true),
+            ..view()
+        };
+        assert_eq!(next_step(&v), Step::Answer, "healthy: nothing to refresh");
+        let v = View {
+            request: req(true, true),
+            ..view()
+        };
+        assert_eq!(next_step(&v), Step::Refresh { forced: true });
+    }
+
+    #[test]
+    fn degraded_refreshes_inside_the_window_only_and_not_while_paused() {
+        let degraded = View {
+            wants_refresh: true,
+            ..view()
+        };
+        assert_eq!(next_step(&degraded), Step::Refresh { forced: false });
+        let outside = View {
+            in_window: false,
+            ..degraded
+        };
+        assert!(matches!(next_step(&outside), Step::Wait { why: None, .. }));
+        let waiting = View {
+            request: Some(Request {
+                force: false,
+                sampled: true,
+            }),
+            ..outside
+        };
+        assert!(matches!(
+            next_step(&waiting),
+            Step::Wait {
+                why: Some(WAITING_FOR_WINDOW),
+                ..
+            }
+        ));
+        let paused = View {
+            paused: true,
+            request: Some(Request {
+                force: true,
+                sampled: true,
+            }),
+            ..degraded
+        };
+        assert!(matches!(
+            next_step(&paused),
+            Step::Wait {
+                why: Some(PAUSED),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_refresh_that_failed_to_start_is_not_retried_at_once() {
+        let v = view();
+        let held = View {
+            wants_refresh: true,
+            refresh_not_before: v.now + Duration::from_secs(10),
+            ..v
+        };
+        assert_eq!(
+            next_step(&held),
+            Step::Wait {
+                at_most: Duration::from_secs(10),
+                why: None
+            }
+        );
+    }
+}
