@@ -213,3 +213,48 @@ fn privileged_two_and_eight_drives_starting_at_once_are_all_served() {
         drop(daemon);
     }
 }
+
+#[test]
+fn privileged_daemon_runs_in_process_and_stops_on_request() {
+    if !privileged("privileged_daemon_runs_in_process_and_stops_on_request") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 64);
+    let tree = fs.path("tree");
+    stale_files(&tree, 2, 1, 301);
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let port = free_port();
+    let path = config(tmp.path(), &tree, port, "sample_interval = \"1h\"\n");
+    let cfg = refreshd::config::load(&path).unwrap();
+    let stop = refreshd::daemon::Stop::default();
+    let s2 = stop.clone();
+    let daemon = std::thread::spawn(move || refreshd::daemon::run(cfg, s2));
+    let socket = tmp.path().join("run/control.sock");
+    let ctl = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_refreshctl"))
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--json", "status"])
+            .output()
+            .unwrap()
+    };
+    let t = std::time::Instant::now();
+    loop {
+        let out = ctl();
+        if out.status.success() {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            if v["drives"][0]["files"].as_u64() == Some(2) {
+                break;
+            }
+        }
+        assert!(
+            t.elapsed().as_secs() < 20,
+            "the in-process daemon did not serve"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    stop.stop();
+    let r = daemon.join().unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    assert!(!ctl().status.success(), "stopped: nobody answers");
+}

@@ -136,7 +136,7 @@ fn main() -> ExitCode {
     refreshd::init_logging(if cli.quiet { -1 } else { cli.verbose as i8 });
     let code = match cli.command {
         Command::Survey(a) => survey(a),
-        Command::Run { config } => match refreshd::daemon::run(&config) {
+        Command::Run { config } => match refreshd::daemon::run_file(&config) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("refreshd run: {e:#}");

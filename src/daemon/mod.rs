@@ -79,9 +79,28 @@ fn notify(state: &[sd_notify::NotifyState<'_>]) {
     let _ = sd_notify::notify(state);
 }
 
-/// Runs the daemon until SIGTERM/SIGINT.
-pub fn run(config_path: &Path) -> Result<()> {
-    let cfg = config::load(config_path).map_err(|e| anyhow::anyhow!("{e}"))?;
+/// Asks a running daemon to stop, as SIGTERM does (for a daemon started
+/// in-process by tests or another program).
+#[derive(Debug, Clone, Default)]
+pub struct Stop(Arc<tokio::sync::Notify>);
+
+impl Stop {
+    pub fn stop(&self) {
+        // notify_one keeps a permit if nobody waits yet: never missed.
+        self.0.notify_one();
+    }
+}
+
+/// Loads the configuration at `path` and runs the daemon until
+/// SIGTERM/SIGINT (`refreshd run`).
+pub fn run_file(path: &Path) -> Result<()> {
+    let cfg = config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    run(cfg, Stop::default())
+}
+
+/// Runs the daemon with a validated configuration until SIGTERM, SIGINT
+/// or `stop`.
+pub fn run(cfg: Config, stop: Stop) -> Result<()> {
     let _lock = lock_state_dir(&cfg.state_dir)?;
     // The state database must open (and be ours) before anything starts.
     crate::inventory::Store::open(&cfg.state_dir)?;
@@ -111,10 +130,10 @@ pub fn run(config_path: &Path) -> Result<()> {
         .thread_name("refreshd-rt")
         .build()
         .context("starting the runtime")?;
-    rt.block_on(serve(shared, cfg))
+    rt.block_on(serve(shared, cfg, stop))
 }
 
-async fn serve(shared: Arc<Shared>, cfg: Config) -> Result<()> {
+async fn serve(shared: Arc<Shared>, cfg: Config, stop: Stop) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let listener = control::bind(&cfg)?;
     let metrics_task = if cfg.metrics_listen.is_empty() {
@@ -167,6 +186,7 @@ async fn serve(shared: Arc<Shared>, cfg: Config) -> Result<()> {
             _ = hup.recv() => reload(&shared),
             _ = term.recv() => break,
             _ = int.recv() => break,
+            _ = stop.0.notified() => break,
             _ = ticker.tick() => {
                 let status = shared.summary();
                 if watchdog {
