@@ -47,13 +47,18 @@ fn plan(
             b
         }
     });
-    let candidates = cell.roots.iter().flat_map(|root| match store.files(root) {
-        Ok(f) => f,
-        Err(e) => {
+    // Streamed: only stale files (the plan's candidates) are kept.
+    let mut candidates = vec![];
+    for root in &cell.roots {
+        let streamed = store.for_each_file(root, &mut |f| {
+            if f.data_age(now) >= s.stale_after && only.is_none_or(|p| f.path.starts_with(p)) {
+                candidates.push(f);
+            }
+        });
+        if let Err(e) = streamed {
             tracing::warn!("{e}");
-            vec![]
         }
-    });
+    }
     let rules = PlanRules {
         now,
         stale_after: s.stale_after,
@@ -64,10 +69,7 @@ fn plan(
         },
         budget_left,
     };
-    policy::plan_records(
-        candidates.filter(|f| only.is_none_or(|p| f.path.starts_with(p))),
-        rules,
-    )
+    policy::plan_records(candidates, rules)
 }
 
 /// Refreshes the drive's plan.

@@ -39,7 +39,6 @@ fn settings_for(shared: &Shared, cell: &DriveCell) -> Settings {
 struct Loop {
     next_scan: Instant,
     next_sample: Instant,
-    files: Vec<FileRecord>,
     /// Files just refreshed: the next sample measures them (did it help?).
     verify: Option<Vec<FileRecord>>,
     /// The waiting `now` request was sampled for.
@@ -58,7 +57,6 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
     let mut l = Loop {
         next_scan: now,
         next_sample: now,
-        files: vec![],
         verify: None,
         request_sampled: false,
         refresh_not_before: now,
@@ -89,7 +87,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         match next_step(&view) {
             Step::Stop => return,
             Step::Scan => {
-                l.files = scan(&mut store, &cell, &s);
+                scan(&mut store, &cell, &s);
                 l.next_scan = Instant::now() + s.scan_interval;
             }
             Step::Sample { verify } => {
@@ -100,9 +98,9 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                             stale_after: Duration::ZERO,
                             ..s.clone()
                         };
-                        sample(&shared, &cell, &done, &all_stale)
+                        sample(&shared, &cell, Source::Files(done), &all_stale)
                     }
-                    None => sample(&shared, &cell, &l.files, &s),
+                    None => sample(&shared, &cell, Source::Store(&store), &s),
                 };
                 l.request_sampled = request.is_some();
                 l.next_sample = Instant::now()
@@ -207,8 +205,9 @@ pub(crate) fn generation_of(f: &FileRecord) -> Option<u32> {
     crate::engine::sys::inode_generation(std::os::fd::AsFd::as_fd(&fd)).ok()
 }
 
-fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) -> Vec<FileRecord> {
-    let mut files = vec![];
+/// Rescans the drive's trees and counts what is stale, streaming the
+/// inventory (no list of files is kept).
+fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) {
     let mut error = None;
     for root in &cell.roots {
         match store.scan(root) {
@@ -228,26 +227,37 @@ fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) -> Vec<FileRecord> {
                 error = Some(e.to_string());
             }
         }
-        match store.files(root) {
-            Ok(f) => files.extend(f),
-            Err(e) => error = Some(e.to_string()),
-        }
     }
     let now = inventory::now_secs();
-    let stale: Vec<&FileRecord> = files
-        .iter()
-        .filter(|f| f.data_age(now) >= s.stale_after)
-        .collect();
+    let (mut files, mut stale_files, mut stale_bytes) = (0u64, 0u64, 0u64);
+    for root in &cell.roots {
+        let counted = store.for_each_file(root, &mut |f| {
+            files += 1;
+            if f.data_age(now) >= s.stale_after {
+                stale_files += 1;
+                stale_bytes += f.size;
+            }
+        });
+        if let Err(e) = counted {
+            error = Some(e.to_string());
+        }
+    }
     let mut st = cell.lock();
-    st.files = files.len() as u64;
-    st.stale_files = stale.len() as u64;
-    st.stale_bytes = stale.iter().map(|f| f.size).sum();
+    st.files = files;
+    st.stale_files = stale_files;
+    st.stale_bytes = stale_bytes;
     st.last_scan = Some(now);
     st.error = error;
-    files
 }
 
-fn sample(shared: &Shared, cell: &DriveCell, files: &[FileRecord], s: &Settings) -> HealthState {
+/// What a sampling round draws from: the inventory, streamed, or the
+/// files just refreshed (to see whether it helped).
+enum Source<'a> {
+    Store(&'a Store),
+    Files(Vec<FileRecord>),
+}
+
+fn sample(shared: &Shared, cell: &DriveCell, source: Source<'_>, s: &Settings) -> HealthState {
     let now = inventory::now_secs();
     let opts = SampleOptions {
         budget: s.sample_bytes,
@@ -261,7 +271,18 @@ fn sample(shared: &Shared, cell: &DriveCell, files: &[FileRecord], s: &Settings)
         min_throughput: s.min_throughput,
         min_ratio: s.min_ratio,
     };
-    match sampler::sample(files, &opts) {
+    let mut buckets = sampler::Buckets::new(now, opts.stale_after, opts.seed);
+    match source {
+        Source::Files(files) => files.into_iter().for_each(|f| buckets.add(f)),
+        Source::Store(store) => {
+            for root in &cell.roots {
+                if let Err(e) = store.for_each_file(root, &mut |f| buckets.add(f)) {
+                    tracing::warn!("{e}");
+                }
+            }
+        }
+    }
+    match sampler::sample_buckets(buckets, &opts) {
         Ok(sample) => {
             let j = policy::judge_sample(&sample, th);
             shared.metrics.sampled(&cell.label, &sample, now);

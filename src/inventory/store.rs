@@ -401,14 +401,36 @@ impl Store {
             .collect())
     }
 
-    /// Rows of `files` (joined with `join`, filtered by `cond`) whose
-    /// directory is `root` or below it, with column `extra` (or NULL).
+    /// Every file under `root`, one at a time (nothing is collected: the
+    /// daemon keeps no per-file state in memory).
+    pub fn for_each_file(
+        &self,
+        root: &Path,
+        f: &mut dyn FnMut(FileRecord),
+    ) -> Result<(), StoreError> {
+        self.each_where(root, "", "", &mut |(rec, _)| f(rec))
+    }
+
+    /// Rows of `files` (joined with `join`) whose directory is `root` or
+    /// below it, with column `extra` (or NULL).
     fn files_where(
         &self,
         root: &Path,
         join: &str,
         extra: &str,
     ) -> Result<Vec<RowWithExtra>, StoreError> {
+        let mut out = vec![];
+        self.each_where(root, join, extra, &mut |r| out.push(r))?;
+        Ok(out)
+    }
+
+    fn each_where(
+        &self,
+        root: &Path,
+        join: &str,
+        extra: &str,
+        each: &mut dyn FnMut(RowWithExtra),
+    ) -> Result<(), StoreError> {
         let root_b = root.as_os_str().as_bytes();
         let mut under = root_b.to_vec();
         if !under.ends_with(b"/") {
@@ -446,7 +468,10 @@ impl Store {
                 Ok((f, x.zip(y)))
             }),
         )?;
-        rows.map(|r| self.db(r)).collect()
+        for r in rows {
+            each(self.db(r)?);
+        }
+        Ok(())
     }
 
     /// Records a completed refresh of (dev, ino) at `when`.

@@ -22,6 +22,8 @@
 //! Every read is O_DIRECT and O_NOATIME: nothing enters the page cache,
 //! access times do not move. Bytes read never exceed the budget.
 
+mod buckets;
+
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -41,6 +43,7 @@ use crate::engine::sys::{
 };
 use crate::engine::BackendChoice;
 use crate::inventory::FileRecord;
+pub use buckets::Buckets;
 
 pub const MONTH: f64 = 30.44 * 86_400.0;
 const ALIGN: u64 = 4096;
@@ -447,6 +450,16 @@ fn write_canary(
 
 /// One sampling round over `files` (all on one drive).
 pub fn sample(files: &[FileRecord], opts: &SampleOptions) -> io::Result<DriveSample> {
+    let mut b = Buckets::new(opts.now, opts.stale_after, opts.seed);
+    for f in files {
+        b.add(f.clone());
+    }
+    sample_buckets(b, opts)
+}
+
+/// [`sample`] from buckets filled while the inventory streamed by (the
+/// daemon keeps no list of files).
+pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSample> {
     let started = Instant::now();
     let mut rng = SmallRng::seed_from_u64(opts.seed);
     let mut reader = Reader::new()?;
@@ -457,62 +470,37 @@ pub fn sample(files: &[FileRecord], opts: &SampleOptions) -> io::Result<DriveSam
         (Some(_), false) => Err("the sample budget is too small for a fresh reference".into()),
         (None, _) => Err("no directory for a canary".into()),
     };
-    let mut groups: Vec<Vec<&FileRecord>> = vec![vec![]; BUCKET_EDGES.len()];
-    for f in files {
-        let months = f.data_age(opts.now).as_secs_f64() / MONTH;
-        groups[bucket_of(months)].push(f);
-    }
-    let stale_of = |f: &FileRecord| f.data_age(opts.now) >= opts.stale_after;
-    let used = groups
-        .iter()
-        .filter(|g| g.iter().any(|f| f.alloc > 0))
-        .count() as u64;
+    let groups = b.into_groups();
+    let used = groups.iter().filter(|g| g.alloc > 0).count() as u64;
     let left = opts.budget - if canary.is_ok() { canary_len } else { 0 };
     let per_bucket = left.checked_div(used).unwrap_or(0);
     let mut buckets = vec![];
     let mut stale_acc = Acc::default();
     let (mut stale_files, mut stale_bytes, mut total_read) = (0, 0, 0);
-    for (i, g) in groups.iter().enumerate() {
-        if g.is_empty() {
+    for (i, g) in groups.into_iter().enumerate() {
+        if g.files == 0 {
             continue;
         }
-        let stale = g.iter().all(|f| stale_of(f));
-        let bytes: u64 = g.iter().map(|f| f.size).sum();
-        // Choose up to 64 files by allocated bytes, then measure them.
-        let mut cum = Vec::with_capacity(g.len());
-        let mut weights = 0u64;
-        for f in g {
-            weights += f.alloc;
-            cum.push(weights);
-        }
-        let mut cands = vec![];
-        let mut chosen = std::collections::HashSet::new();
-        let mut tries = 0;
-        while weights > 0 && cands.len() < 64 && chosen.len() < g.len() && tries < 256 {
-            tries += 1;
-            let at = rng.random_range(0..weights);
-            let k = cum.partition_point(|&c| c <= at);
-            if chosen.insert(k) {
-                if let Some(c) = candidate(g[k]) {
-                    cands.push(c);
-                }
-            }
-        }
+        let stale = g.all_stale();
+        let (files, bytes) = (g.files, g.bytes);
+        stale_files += g.stale_files;
+        stale_bytes += g.stale_bytes;
+        // Up to 64 files, drawn by allocated bytes, then measured.
+        let cands: Vec<Candidate> = g
+            .candidates()
+            .iter()
+            .filter_map(candidate)
+            .take(64)
+            .collect();
         let acc = measure(&mut reader, &cands, per_bucket, &mut rng);
         total_read += acc.bytes;
-        for f in g {
-            if stale_of(f) {
-                stale_files += 1;
-                stale_bytes += f.size;
-            }
-        }
         if stale {
             stale_acc.merge(&acc);
         }
         buckets.push(BucketSample {
             label: bucket_label(i),
             min_months: BUCKET_EDGES[i],
-            files: g.len() as u64,
+            files,
             bytes,
             stale,
             measured: acc.finish(),
