@@ -13,7 +13,14 @@
 //! resident memory before and after, and its peak: memory per file is
 //! (peak − before) / files.
 //!
-//! `cargo bench --bench scan` (root needed for the tmpfs mount).
+//! Then the daemon itself (`REFRESHD_BENCH_ONLY=daemon` runs only this):
+//! `refreshd run` on the same number of files on ext4 (a loop device: the
+//! daemon serves drives, and tmpfs is none; 100-byte files are inline in
+//! their inodes), its peak resident memory once the first scan and
+//! sampling round are done, against the same daemon on an empty tree:
+//! (peak − empty peak) / files, target ≤ 200 B per file.
+//!
+//! `cargo bench --bench scan` (root needed for the mounts).
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -95,6 +102,140 @@ fn median(v: &mut [Duration]) -> Duration {
     v[v.len() / 2]
 }
 
+/// Undoes a loop-mounted ext4: unmount, detach.
+struct LoopExt4 {
+    mnt: PathBuf,
+    dev: String,
+}
+
+impl Drop for LoopExt4 {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+    }
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn kib_of(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs `refreshd run` on `tree` until its first scan counted `want`
+/// files and a sampling round is done; returns (peak, current) RSS in KiB.
+fn daemon_rss(dir: &Path, tree: &Path, want: u64) -> (u64, u64) {
+    let cfg = dir.join("refreshd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"{d}/state\"\ncontrol_socket = \"{d}/control.sock\"\nmetrics_listen = \"\"\n\n\
+             [defaults]\nscan_interval = \"1h\"\nsample_interval = \"1h\"\nsample_bytes = \"16MiB\"\n\
+             min_free = \"16MiB\"\n\n[[paths]]\npath = \"{t}\"\n",
+            d = dir.display(),
+            t = tree.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_refreshd"))
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_refreshctl"))
+            .arg("--socket")
+            .arg(dir.join("control.sock"))
+            .args(["--json", "status"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let d = &v["drives"][0];
+            if d["files"].as_u64() == Some(want) && !d["last_sample"].is_null() {
+                break;
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(600),
+            "the daemon never finished its first round"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = (kib_of(child.id(), "VmHWM:"), kib_of(child.id(), "VmRSS:"));
+    let _ = child.kill();
+    let _ = child.wait();
+    r
+}
+
+fn daemon_memory(files: u64) {
+    let base = tempfile::tempdir_in("/var/tmp").unwrap();
+    let img = base.path().join("disk.img");
+    let size = (files * 1200).max(256 << 20) + (512 << 20);
+    std::fs::File::create(&img).unwrap().set_len(size).unwrap();
+    let dev = run_ok(Command::new("losetup").args(["--find", "--show"]).arg(&img));
+    let mnt = base.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let _g = LoopExt4 {
+        mnt: mnt.clone(),
+        dev: dev.clone(),
+    };
+    let inodes = (files + 10_000).to_string();
+    run_ok(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-O", "inline_data", "-I", "256", "-N", &inodes])
+            .arg(&dev),
+    );
+    run_ok(Command::new("mount").arg(&dev).arg(&mnt));
+    let tree = mnt.join("tree");
+    let empty = mnt.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let t = Instant::now();
+    let per_dir = 1000;
+    for d in 0..files.div_ceil(per_dir) {
+        let dir = tree.join(format!("{:03}/{d:06}", d % 100));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..per_dir.min(files - d * per_dir) {
+            std::fs::write(dir.join(format!("segment-{f:06}.idx")), [1u8; 100]).unwrap();
+        }
+    }
+    println!(
+        "daemon memory: {files} files of 100 B on ext4 (inline data), built in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let d0 = base.path().join("d0");
+    let d1 = base.path().join("d1");
+    std::fs::create_dir(&d0).unwrap();
+    std::fs::create_dir(&d1).unwrap();
+    let (empty_peak, empty_rss) = daemon_rss(&d0, &empty, 0);
+    let t = Instant::now();
+    let (peak, rss) = daemon_rss(&d1, &tree, files);
+    println!(
+        "  empty tree: peak {empty_peak} KiB, rss {empty_rss} KiB; {files} files: peak {peak} KiB, \
+         rss {rss} KiB (first scan + sample in {:.1} s)",
+        t.elapsed().as_secs_f64()
+    );
+    println!(
+        "  per file: {:.0} B peak, {:.0} B resident (target <= 200 B)",
+        (peak.saturating_sub(empty_peak) * 1024) as f64 / files as f64,
+        (rss.saturating_sub(empty_rss) * 1024) as f64 / files as f64
+    );
+}
+
 fn main() {
     if let Some(root) = std::env::var_os("REFRESHD_BENCH_SCAN_CHILD") {
         let state = std::env::var_os("REFRESHD_BENCH_SCAN_STATE").unwrap();
@@ -109,6 +250,10 @@ fn main() {
         return;
     }
     let files = env_u64("REFRESHD_BENCH_FILES", 1_000_000);
+    if std::env::var("REFRESHD_BENCH_ONLY").as_deref() == Ok("daemon") {
+        daemon_memory(files);
+        return;
+    }
     let rounds = env_u64("REFRESHD_BENCH_ROUNDS", 3);
     let base = tempfile::tempdir().unwrap();
     let mnt = base.path().join("tmpfs");

@@ -51,7 +51,8 @@ fn plan(
     let mut candidates = vec![];
     for root in &cell.roots {
         let streamed = store.for_each_file(root, &mut |f| {
-            if f.data_age(now) >= s.stale_after && only.is_none_or(|p| f.path.starts_with(p)) {
+            let plannable = f.alloc > 0 && f.data_age(now) >= s.stale_after;
+            if plannable && only.is_none_or(|p| f.path.starts_with(p)) {
                 candidates.push(f);
             }
         });
