@@ -25,6 +25,9 @@ pub struct RoundResult {
     pub finished: bool,
     /// The files it refreshed (measured next, to see whether it helped).
     pub refreshed: Vec<FileRecord>,
+    /// A planned file was not the inventory's any more (replaced, gone,
+    /// behind a symlink): the trees must be rescanned.
+    pub rescan: bool,
 }
 
 /// The plan for this round, from the database (files refreshed by an
@@ -87,7 +90,7 @@ pub fn run(
     if plan.files.is_empty() {
         return RoundResult {
             finished: true,
-            refreshed: vec![],
+            ..RoundResult::default()
         };
     }
     let stop = || shared.stopping() || cell.paused.load(Ordering::Relaxed);
@@ -131,6 +134,7 @@ pub fn run(
             ..Progress::default()
         },
         refreshed: vec![],
+        rescan: false,
     };
     cell.lock().refresh = Some(round.progress.clone());
     tracing::info!(
@@ -171,6 +175,7 @@ pub fn run(
     RoundResult {
         finished,
         refreshed: round.refreshed,
+        rescan: round.rescan,
     }
 }
 
@@ -182,6 +187,7 @@ struct Round<'a> {
     started: Instant,
     progress: Progress,
     refreshed: Vec<FileRecord>,
+    rescan: bool,
 }
 
 impl Round<'_> {
@@ -281,8 +287,15 @@ impl Round<'_> {
                 tracing::info!(path = %rec.path.display(), done, %reason, "interrupted; checkpointed");
                 return false;
             }
-            Outcome::Skipped { detail, .. } => {
+            Outcome::Skipped { reason, detail } => {
+                use crate::engine::SkipReason;
                 let _ = store.clear_checkpoint(rec.dev, rec.ino);
+                if matches!(
+                    reason,
+                    SkipReason::Replaced | SkipReason::Vanished | SkipReason::Symlink
+                ) {
+                    self.rescan = true;
+                }
                 tracing::info!(path = %rec.path.display(), %detail, "skipped");
             }
             Outcome::Failed { reason } => {

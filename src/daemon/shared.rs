@@ -250,3 +250,38 @@ impl Drop for Permit<'_> {
         self.0.release();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permits_bound_active_drives_and_come_back_on_drop() {
+        let p = Permits::default();
+        let never = || false;
+        let a = p.acquire(2, &never);
+        let b = p.acquire(2, &never);
+        assert!(a.is_some() && b.is_some());
+        assert_eq!(p.active(), 2);
+        // A third waits; giving up (stop) returns nothing.
+        let stop = || true;
+        assert!(p.acquire(2, &stop).is_none());
+        drop(a);
+        assert_eq!(p.active(), 1);
+        let c = p.acquire(2, &never);
+        assert!(c.is_some());
+        drop((b, c));
+        assert_eq!(p.active(), 0, "every permit back, on every path");
+    }
+
+    #[test]
+    fn a_waiting_drive_gets_the_permit_released_by_another() {
+        let p = std::sync::Arc::new(Permits::default());
+        let held = p.acquire(1, &|| false);
+        let p2 = p.clone();
+        let waiter = std::thread::spawn(move || p2.acquire(1, &|| false).is_some());
+        std::thread::sleep(Duration::from_millis(100));
+        drop(held);
+        assert!(waiter.join().unwrap_or(false));
+    }
+}

@@ -122,6 +122,8 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                     // Verify at once: rescan (ages), then measure them.
                     l.verify = Some(r.refreshed);
                     l.next_scan = Instant::now();
+                } else if r.rescan {
+                    l.next_scan = Instant::now();
                 } else if !shared.stopping() && !cell.paused.load(Ordering::Relaxed) {
                     // It could not start (the error is in the status).
                     l.refresh_not_before = Instant::now() + Duration::from_secs(30);
