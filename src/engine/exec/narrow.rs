@@ -1,0 +1,89 @@
+//! Read errors, narrowed: a chunk that failed to read is read again in
+//! halves until each failing piece is one alignment unit; readable pieces
+//! are written back, failing ones are recorded and never written.
+
+use std::io;
+use std::ops::Range;
+use std::time::Instant;
+
+use super::{ExecError, ExecResult};
+use crate::engine::backend::Op;
+use crate::engine::fileio::FileIo;
+use crate::engine::throttle::{StopReason, Throttle, Watch};
+
+/// Reads a range in halves until each failing piece is one alignment unit;
+/// readable pieces are written back, failing ones recorded and left alone.
+pub(super) struct Narrow<'a, 'f> {
+    pub io: &'a mut FileIo<'f>,
+    pub throttle: &'a mut Throttle,
+    pub watch: &'a mut dyn Watch,
+    pub align: u64,
+    pub res: &'a mut ExecResult,
+    pub progress: &'a mut dyn FnMut(u64),
+}
+
+impl Narrow<'_, '_> {
+    pub fn range(&mut self, range: Range<u64>) -> Result<(), StopReason> {
+        let align = self.align;
+        let mut work = vec![range];
+        while let Some(r) = work.pop() {
+            if let Some(why) = self.watch.should_stop() {
+                return Err(why);
+            }
+            let len = r.end - r.start;
+            match self.io.sync(0, Op::Read, r.start, len as usize) {
+                Ok(n) if n as u64 == len => {
+                    self.watch.space_for(len)?;
+                    self.throttle.take_watching(len, self.watch)?;
+                    if !self.write(r.start, len) {
+                        return Ok(());
+                    }
+                }
+                other if len <= align => {
+                    let (kind, errno) = match &other {
+                        Err(e) => (e.kind(), e.raw_os_error()),
+                        Ok(_) => (io::ErrorKind::UnexpectedEof, None),
+                    };
+                    tracing::warn!(offset = r.start, len, error = ?other, "unreadable range left alone");
+                    self.res.bad_ranges.push((r, kind, errno));
+                }
+                _ => {
+                    let mid = r.start + (len / 2).div_ceil(align) * align;
+                    let mid = mid.min(r.end - align).max(r.start + align);
+                    // Pop order: low half first.
+                    work.push(mid..r.end);
+                    work.push(r.start..mid);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes back one readable piece; false on a write error (recorded).
+    fn write(&mut self, offset: u64, len: u64) -> bool {
+        let result = self.io.sync(0, Op::Write, offset, len as usize);
+        self.watch.quiescent();
+        if self
+            .watch
+            .lease_deadline()
+            .is_some_and(|d| Instant::now() > d)
+        {
+            self.res.exposed.push(offset..offset + len);
+        }
+        let source = match result {
+            Ok(n) if n as u64 == len => {
+                self.res.written += len;
+                (self.progress)(len);
+                return true;
+            }
+            Ok(n) => io::Error::other(format!("short write of {n} bytes")),
+            Err(e) => e,
+        };
+        self.res.error = Some(ExecError::Write {
+            offset,
+            len,
+            source,
+        });
+        false
+    }
+}

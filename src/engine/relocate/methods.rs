@@ -1,0 +1,180 @@
+//! The two kernel methods that move a unit's data to new blocks, and what
+//! their refusals mean: ext4's `EXT4_IOC_MOVE_EXT` into a donor file, and
+//! XFS/btrfs `FIDEDUPERANGE` from a temporary copy. See the parent module.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use rustix::fs::FallocateFlags;
+
+use super::{ChunkResult, Relocator};
+use crate::engine::plan::{self, Chunk};
+use crate::engine::report::{Outcome, ReadError, SkipReason};
+use crate::engine::sys::{self, Dedupe};
+
+impl Relocator<'_, '_> {
+    /// The kernel said no: a skip naming its answer and what to do.
+    fn refused(&self, what: &str, e: &io::Error) -> ChunkResult {
+        let advice = match e.raw_os_error() {
+            Some(libc::EBUSY) => "the file's pages stay busy (writeback, pinned mappings); try again later, or refresh it in place when it is not in use",
+            Some(libc::EPERM) => "the file is protected (fs-verity, immutable, swap or a DAX mapping); it cannot be relocated",
+            Some(libc::EOPNOTSUPP | libc::ENOTTY) => "the filesystem does not support it here (data=journal, encryption, inline data, no reflink); refresh it in place when it is not in use",
+            _ => "refresh it in place when it is not in use",
+        };
+        let moved = if self.moved > 0 {
+            format!("; {} bytes were relocated before", self.moved)
+        } else {
+            String::new()
+        };
+        ChunkResult::Stop(Outcome::Skipped {
+            reason: SkipReason::KernelRefused,
+            detail: format!("{what} refused: {e}: {advice}{moved}"),
+        })
+    }
+
+    pub(super) fn move_ext(&mut self, c: Chunk) -> ChunkResult {
+        // Bring the chunk into the page cache first, in parallel; an
+        // unreadable block is reported and its chunk left where it is.
+        let failed = match self.read_chunk(c, false) {
+            Ok(f) => f,
+            Err(e) => return fail(format!("reading at offset {}: {e}", c.offset)),
+        };
+        if !failed.is_empty() {
+            return match self.narrow(&failed, false) {
+                Ok(bad) if !bad.is_empty() => ChunkResult::ReadErrors(bad),
+                // Readable on the second try: leave it for the next run.
+                Ok(_) => ChunkResult::Changed,
+                Err(e) => fail(format!("reading at offset {}: {e}", c.offset)),
+            };
+        }
+        let b0 = c.offset / self.block;
+        let blocks = c.end().div_ceil(self.block) - b0;
+        if let Err(e) = rustix::fs::fallocate(
+            &self.temp,
+            FallocateFlags::empty(),
+            b0 * self.block,
+            blocks * self.block,
+        ) {
+            return fail(format!(
+                "allocating {} bytes of donor blocks: {}",
+                blocks * self.block,
+                io::Error::from(e)
+            ));
+        }
+        let mut moved = 0;
+        let mut busy = 0;
+        // After repeated EBUSY, one block per call: a smaller unit.
+        let mut step = blocks;
+        while moved < blocks {
+            let n = step.min(blocks - moved);
+            match sys::move_extents(self.orig, self.temp.as_fd(), b0 + moved, n) {
+                Ok(0) => return fail(format!("MOVE_EXT made no progress at offset {}", c.offset)),
+                Ok(n) => moved += n,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && busy < 40 => {
+                    // Pages under writeback: wait for it, then smaller units.
+                    busy += 1;
+                    if busy == 20 {
+                        step = 1;
+                    }
+                    let _ = rustix::fs::fdatasync(self.orig);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+                    let off = (b0 + moved) * self.block;
+                    return ChunkResult::ReadErrors(vec![ReadError {
+                        offset: off,
+                        len: c.end().saturating_sub(off),
+                        error: e.to_string(),
+                    }]);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {
+                    return ChunkResult::Changed; // truncated meanwhile
+                }
+                Err(e) if is_space(&e) => {
+                    return fail(format!(
+                        "MOVE_EXT at offset {}: {e}",
+                        (b0 + moved) * self.block
+                    ))
+                }
+                Err(e) => {
+                    self.moved += moved * self.block;
+                    return self.refused("EXT4_IOC_MOVE_EXT", &e);
+                }
+            }
+        }
+        self.moved += c.len;
+        // The kernel copied through the page cache: make it durable.
+        if let Err(e) = rustix::fs::fdatasync(self.orig) {
+            return fail(format!("fdatasync: {}", io::Error::from(e)));
+        }
+        ChunkResult::Moved
+    }
+
+    /// Reads the chunk (once, through the page cache) into the temp file;
+    /// returns unreadable ranges, narrowed.
+    fn copy(&mut self, c: Chunk) -> Result<Vec<ReadError>, io::Error> {
+        let failed = self.read_chunk(c, true)?;
+        self.narrow(&failed, true)
+    }
+
+    pub(super) fn dedupe(&mut self, c: Chunk) -> ChunkResult {
+        match self.copy(c) {
+            Ok(bad) if !bad.is_empty() => return ChunkResult::ReadErrors(bad),
+            Ok(_) => {}
+            Err(e) => {
+                return fail(format!(
+                    "writing the temporary copy at offset {}: {e}",
+                    c.offset
+                ))
+            }
+        }
+        if let Err(e) = rustix::fs::fdatasync(&self.temp) {
+            return fail(format!(
+                "fdatasync of the temporary copy: {}",
+                io::Error::from(e)
+            ));
+        }
+        // Checked after the copy was read: a hole punched (or a range
+        // zeroed) before our read reads as zeros, which the kernel would
+        // find identical and remap, filling the hole; one punched after
+        // our read makes the bytes differ and the kernel refuses.
+        match plan::still_plain_data(self.orig, c.offset..c.end()) {
+            _ if self.no_layout_recheck => {}
+            Ok(true) => {}
+            Ok(false) => return ChunkResult::Changed,
+            Err(e) => return fail(format!("checking the layout at offset {}: {e}", c.offset)),
+        }
+        let mut pos = c.offset;
+        while pos < c.end() {
+            match sys::dedupe(self.temp.as_fd(), self.orig, pos, c.end() - pos) {
+                Ok(Dedupe::Same(0)) => {
+                    return fail(format!("FIDEDUPERANGE made no progress at offset {pos}"))
+                }
+                Ok(Dedupe::Same(n)) => {
+                    pos += n;
+                    self.moved += n;
+                }
+                Ok(Dedupe::Differs) => return ChunkResult::Changed,
+                // The file was truncated or its EOF moved under us.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return ChunkResult::Changed,
+                Err(e) if is_space(&e) => {
+                    return fail(format!("FIDEDUPERANGE at offset {pos}: {e}"))
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+                    return fail(format!("FIDEDUPERANGE at offset {pos}: {e}"))
+                }
+                Err(e) => return self.refused("FIDEDUPERANGE (reflink)", &e),
+            }
+        }
+        ChunkResult::Moved
+    }
+}
+
+fn fail(reason: String) -> ChunkResult {
+    ChunkResult::Stop(Outcome::Failed { reason })
+}
+
+fn is_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
