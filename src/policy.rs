@@ -145,8 +145,6 @@ pub const RECOVER: f64 = 1.2;
 pub struct Health {
     pub state: HealthState,
     scores: VecDeque<f64>,
-    /// A refresh completed since the last round.
-    refreshed: bool,
 }
 
 impl Default for Health {
@@ -154,7 +152,6 @@ impl Default for Health {
         Health {
             state: HealthState::Unknown,
             scores: VecDeque::new(),
-            refreshed: false,
         }
     }
 }
@@ -178,18 +175,6 @@ impl Health {
             self.state = HealthState::Healthy;
             return self.state;
         };
-        if self.refreshed {
-            // Everything stale was rewritten: old scores describe old data.
-            self.refreshed = false;
-            self.scores.clear();
-            self.scores.push_back(score);
-            self.state = if score < 1.0 {
-                HealthState::NotRecovering
-            } else {
-                HealthState::Healthy
-            };
-            return self.state;
-        }
         self.scores.push_back(score);
         while self.scores.len() > WINDOW {
             self.scores.pop_front();
@@ -209,8 +194,30 @@ impl Health {
     }
 
     /// A refresh of the plan finished: the next round verifies it.
-    pub fn refreshed(&mut self) {
-        self.refreshed = true;
+    /// The verification of a refresh: `j` measured the files just
+    /// rewritten (and nothing else). The only way into `not_recovering`:
+    /// data refreshd actually rewrote still reads slowly. Old scores
+    /// describe old data and are dropped. With nothing measurable the
+    /// state stays as it was. `partial`: the daily budget left stale files
+    /// for another day, so a good verification keeps the drive degraded.
+    pub fn verified(&mut self, j: &Judgement, partial: bool) -> HealthState {
+        let Some(score) = j.score else {
+            return self.state;
+        };
+        if score >= 1.0 && partial {
+            // It helped, and the rest is still to do: the window keeps
+            // describing the data that waits (not the rewritten data).
+            self.state = HealthState::Degraded;
+            return self.state;
+        }
+        self.scores.clear();
+        self.scores.push_back(score);
+        self.state = if score < 1.0 {
+            HealthState::NotRecovering
+        } else {
+            HealthState::Healthy
+        };
+        self.state
     }
 
     /// Whether the daemon should refresh this drive on its own.

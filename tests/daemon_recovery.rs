@@ -148,3 +148,52 @@ fn privileged_writer_breaking_the_lease_and_keeping_it_open_keeps_its_mtime() {
     drop(app);
     assert_eq!(mtime(&file), theirs);
 }
+
+/// The `not_recovering` loop, fixed at its root: a daily budget that cuts
+/// the plan leaves the drive `degraded (budget)`: the part refreshed is
+/// verified, the rest waits for the next UTC day, and the drive never
+/// falls into `not_recovering` (which only a verification of data actually
+/// rewritten and still slow may enter).
+#[test]
+fn privileged_spent_daily_budget_is_degraded_budget_never_not_recovering() {
+    if !privileged("privileged_spent_daily_budget_is_degraded_budget_never_not_recovering") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = drive(tmp.path(), "840evo");
+    let tree = d.path("index");
+    stale_files(&tree, 4, 16, 7);
+    d.sync().unwrap();
+    d.age(6.0);
+    d.sync().unwrap();
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, "daily_budget = \"20MiB\"\n");
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    daemon.wait_for("a budget-cut refresh", 90, |dm| {
+        let s = dm.status();
+        s["waiting"].as_str() == Some("budget") && s["last_refresh"].is_i64()
+    });
+    // Several more sampling rounds (every 2 s): still degraded, waiting.
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let s = daemon.status();
+        assert_eq!(s["state"], "degraded", "{s:#}");
+        assert_eq!(s["waiting"], "budget", "{s:#}");
+    }
+    let m = daemon.metrics();
+    let refreshed: f64 = m
+        .lines()
+        .find(|l| l.starts_with("refreshd_refreshed_bytes_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert_eq!(
+        refreshed,
+        (16 << 20) as f64,
+        "one 16 MiB file within 20 MiB"
+    );
+    let (code, text, _) = daemon.ctl(&["status"]);
+    assert_eq!(code, 0);
+    assert!(text.contains("degraded (budget)"), "{text}");
+    assert!(!daemon.log().contains("not_recovering"), "{}", daemon.log());
+}

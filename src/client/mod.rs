@@ -130,7 +130,9 @@ pub fn render_status(v: &Value) -> String {
     );
     for d in v["drives"].as_array().into_iter().flatten() {
         let mut state = d["state"].as_str().unwrap_or("?").to_string();
-        if d["paused"].as_bool() == Some(true) {
+        if let Some(w) = d["waiting"].as_str() {
+            state.push_str(&format!(" ({w})"));
+        } else if d["paused"].as_bool() == Some(true) {
             state.push_str(" paused");
         }
         let sample = match d["last_sample"].as_object() {

@@ -209,6 +209,7 @@ fn status(shared: &Shared) -> Value {
             json!({
                 "device": c.label,
                 "state": st.health.state.name(),
+                "waiting": st.waiting,
                 "paused": c.paused.load(Ordering::Relaxed),
                 "files": st.files,
                 "stale_files": st.stale_files,

@@ -28,6 +28,8 @@ pub struct RoundResult {
     /// A planned file was not the inventory's any more (replaced, gone,
     /// behind a symlink): the trees must be rescanned.
     pub rescan: bool,
+    /// The daily budget left stale files for another day.
+    pub budget_cut: bool,
 }
 
 /// The plan for this round, from the database (files refreshed by an
@@ -87,9 +89,11 @@ pub fn run(
 ) -> RoundResult {
     let (plan, records) = plan(cell, store, s, forced, only);
     cell.lock().plan = plan.clone();
+    let budget_cut = plan.deferred_budget > 0;
     if plan.files.is_empty() {
         return RoundResult {
             finished: true,
+            budget_cut,
             ..RoundResult::default()
         };
     }
@@ -176,6 +180,7 @@ pub fn run(
         finished,
         refreshed: round.refreshed,
         rescan: round.rescan,
+        budget_cut,
     }
 }
 

@@ -29,8 +29,11 @@ pub struct View {
     pub wants_refresh: bool,
     pub paused: bool,
     pub in_window: bool,
-    /// No refresh before this (after one failed to start).
+    /// No refresh before this (after one failed to start, or until the
+    /// daily budget resets).
     pub refresh_not_before: Instant,
+    /// The daily budget is spent (degraded (budget)).
+    pub budget_spent: bool,
 }
 
 /// What to do.
@@ -57,6 +60,7 @@ pub enum Step {
 
 pub const WAITING_FOR_WINDOW: &str = "outside the maintenance window: the refresh waits for it";
 pub const PAUSED: &str = "paused: the refresh waits for `refreshctl resume`";
+pub const BUDGET: &str = "daily budget spent: the refresh continues the next UTC day";
 
 pub fn next_step(v: &View) -> Step {
     if v.stopping {
@@ -81,7 +85,7 @@ pub fn next_step(v: &View) -> Step {
         } else if !v.in_window {
             Some(WAITING_FOR_WINDOW)
         } else if v.now < v.refresh_not_before {
-            None
+            v.budget_spent.then_some(BUDGET)
         } else {
             return Step::Refresh { forced };
         };
@@ -122,6 +126,7 @@ mod tests {
             paused: false,
             in_window: true,
             refresh_not_before: now,
+            budget_spent: false,
         }
     }
 
@@ -230,6 +235,35 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_spent_budget_holds_even_a_forced_request_and_says_why() {
+        let v = view();
+        let spent = View {
+            wants_refresh: true,
+            budget_spent: true,
+            refresh_not_before: v.now + Duration::from_secs(3600),
+            request: Some(Request {
+                force: true,
+                sampled: true,
+            }),
+            ..v
+        };
+        assert!(matches!(
+            next_step(&spent),
+            Step::Wait {
+                why: Some(BUDGET),
+                ..
+            }
+        ));
+        let next_day = View {
+            now: v.now + Duration::from_secs(3601),
+            next_scan: v.now + Duration::from_secs(7200),
+            next_sample: v.now + Duration::from_secs(7200),
+            ..spent
+        };
+        assert_eq!(next_step(&next_day), Step::Refresh { forced: true });
     }
 
     #[test]

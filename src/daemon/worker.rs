@@ -39,11 +39,21 @@ fn settings_for(shared: &Shared, cell: &DriveCell) -> Settings {
 struct Loop {
     next_scan: Instant,
     next_sample: Instant,
-    /// Files just refreshed: the next sample measures them (did it help?).
-    verify: Option<Vec<FileRecord>>,
+    /// Files just refreshed: the next sample measures them (did it help?),
+    /// and whether the budget left others for another day.
+    verify: Option<(Vec<FileRecord>, bool)>,
     /// The waiting `now` request was sampled for.
     request_sampled: bool,
     refresh_not_before: Instant,
+    /// The daily budget is spent until then.
+    budget_until: Option<Instant>,
+}
+
+/// The start of the next UTC day (when the daily budget resets).
+fn next_utc_day() -> Instant {
+    let now = inventory::now_secs();
+    let left = 86_400 - now.rem_euclid(86_400);
+    Instant::now() + Duration::from_secs(left as u64)
 }
 
 /// The worker's loop; returns at shutdown.
@@ -60,6 +70,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         verify: None,
         request_sampled: false,
         refresh_not_before: now,
+        budget_until: None,
     };
     loop {
         let s = settings_for(&shared, &cell);
@@ -72,6 +83,16 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             let only = st.pending.as_ref().and_then(|r| r.path.clone());
             (request, st.health.wants_refresh(), only)
         };
+        let in_window = s.window.contains(local_minute());
+        let paused = cell.paused.load(Ordering::Relaxed);
+        let budget_spent = l.budget_until.is_some_and(|t| Instant::now() < t);
+        cell.lock().waiting = match () {
+            _ if !wants_refresh => None,
+            _ if paused => Some("paused"),
+            _ if budget_spent => Some("budget"),
+            _ if !in_window => Some("window"),
+            _ => None,
+        };
         let view = View {
             now: Instant::now(),
             stopping: shared.stopping(),
@@ -80,9 +101,10 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             verify_pending: l.verify.is_some(),
             request,
             wants_refresh,
-            paused: cell.paused.load(Ordering::Relaxed),
-            in_window: s.window.contains(local_minute()),
+            paused,
+            in_window,
             refresh_not_before: l.refresh_not_before,
+            budget_spent,
         };
         match next_step(&view) {
             Step::Stop => return,
@@ -93,12 +115,12 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             Step::Sample { verify } => {
                 let state = match l.verify.take().filter(|_| verify) {
                     // Rewritten data counts as stale here: it is what is judged.
-                    Some(done) => {
+                    Some((done, partial)) => {
                         let all_stale = Settings {
                             stale_after: Duration::ZERO,
                             ..s.clone()
                         };
-                        sample(&shared, &cell, Source::Files(done), &all_stale)
+                        sample(&shared, &cell, Source::Rewritten(done, partial), &all_stale)
                     }
                     None => sample(&shared, &cell, Source::Store(&store), &s),
                 };
@@ -115,13 +137,25 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                 let r = super::round::run(&shared, &cell, &store, &s, forced, only.as_deref());
                 if r.finished {
                     let mut st = cell.lock();
-                    st.health.refreshed();
                     st.pending = None;
                     st.completed = st.requests;
                     l.request_sampled = false;
-                    // Verify at once: rescan (ages), then measure them.
-                    l.verify = Some(r.refreshed);
+                    // Verify at once what was really rewritten: rescan
+                    // (ages), then measure those files. An empty round
+                    // rewrote nothing and verifies nothing.
+                    if !r.refreshed.is_empty() {
+                        l.verify = Some((r.refreshed, r.budget_cut));
+                    }
                     l.next_scan = Instant::now();
+                    if r.budget_cut {
+                        // Degraded (budget): the rest the next UTC day.
+                        let t = next_utc_day();
+                        l.budget_until = Some(t);
+                        l.refresh_not_before = t;
+                        tracing::info!(
+                            "daily budget spent: the rest of the plan continues the next UTC day"
+                        );
+                    }
                 } else if r.rescan {
                     l.next_scan = Instant::now();
                 } else if !shared.stopping() && !cell.paused.load(Ordering::Relaxed) {
@@ -256,7 +290,9 @@ fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) {
 /// files just refreshed (to see whether it helped).
 enum Source<'a> {
     Store(&'a Store),
-    Files(Vec<FileRecord>),
+    /// The files a round just rewrote: a verification (and whether the
+    /// round was cut by the budget).
+    Rewritten(Vec<FileRecord>, bool),
 }
 
 fn sample(shared: &Shared, cell: &DriveCell, source: Source<'_>, s: &Settings) -> HealthState {
@@ -274,8 +310,12 @@ fn sample(shared: &Shared, cell: &DriveCell, source: Source<'_>, s: &Settings) -
         min_ratio: s.min_ratio,
     };
     let mut buckets = sampler::Buckets::new(now, opts.stale_after, opts.seed);
+    let verification = match &source {
+        Source::Rewritten(_, partial) => Some(*partial),
+        Source::Store(_) => None,
+    };
     match source {
-        Source::Files(files) => files.into_iter().for_each(|f| buckets.add(f)),
+        Source::Rewritten(files, _) => files.into_iter().for_each(|f| buckets.add(f)),
         Source::Store(store) => {
             for root in &cell.roots {
                 if let Err(e) = store.for_each_file(root, &mut |f| buckets.add(f)) {
@@ -289,7 +329,10 @@ fn sample(shared: &Shared, cell: &DriveCell, source: Source<'_>, s: &Settings) -
             let j = policy::judge_sample(&sample, th);
             shared.metrics.sampled(&cell.label, &sample, now);
             let mut st = cell.lock();
-            let state = st.health.observe(&j);
+            let state = match verification {
+                Some(partial) => st.health.verified(&j, partial),
+                None => st.health.observe(&j),
+            };
             tracing::info!(
                 state = state.name(),
                 stale_mbps = j.stale_bps.map(|b| b / 1e6),

@@ -60,8 +60,7 @@ fn a_refresh_that_does_not_help_is_reported_not_repeated() {
         h.observe(&j(s));
     }
     assert!(h.wants_refresh());
-    h.refreshed();
-    assert_eq!(h.observe(&j(0.35)), HealthState::NotRecovering);
+    assert_eq!(h.verified(&j(0.35), false), HealthState::NotRecovering);
     assert!(!h.wants_refresh());
     // Still slow: still not recovering, still not refreshed again.
     assert_eq!(h.observe(&j(0.3)), HealthState::NotRecovering);
@@ -73,8 +72,46 @@ fn a_refresh_that_does_not_help_is_reported_not_repeated() {
     let mut ok = Health::default();
     ok.observe(&j(0.2));
     ok.observe(&j(0.2));
-    ok.refreshed();
-    assert_eq!(ok.observe(&j(1.1)), HealthState::Healthy);
+    assert_eq!(ok.verified(&j(1.1), false), HealthState::Healthy);
+}
+
+#[test]
+fn a_budget_cut_refresh_that_helped_stays_degraded_for_the_rest() {
+    let mut h = Health::default();
+    h.observe(&j(0.3));
+    h.observe(&j(0.3));
+    assert_eq!(h.verified(&j(1.4), true), HealthState::Degraded);
+    assert!(h.wants_refresh(), "the rest waits for the budget");
+    // The data that waits is still slow: ordinary rounds keep it degraded.
+    for _ in 0..5 {
+        assert_eq!(h.observe(&j(0.3)), HealthState::Degraded);
+    }
+    assert_eq!(h.verified(&j(1.4), false), HealthState::Healthy);
+    let mut bad = Health::default();
+    bad.observe(&j(0.3));
+    bad.observe(&j(0.3));
+    assert_eq!(bad.verified(&j(0.4), true), HealthState::NotRecovering);
+}
+
+#[test]
+fn not_recovering_only_from_a_verification_of_rewritten_data() {
+    // Ordinary rounds, however slow, never say not_recovering: only a
+    // verification of files actually rewritten does.
+    let mut h = Health::default();
+    for s in [0.3, 0.3, 0.3, 0.2, 0.1] {
+        assert_ne!(h.observe(&j(s)), HealthState::NotRecovering);
+    }
+    assert_eq!(h.state, HealthState::Degraded);
+    // A verification with nothing measurable keeps the drive degraded.
+    assert_eq!(
+        h.verified(&judge(None, None, TH), false),
+        HealthState::Degraded
+    );
+    assert!(h.wants_refresh(), "still to be refreshed");
+    // Nothing stale any more (e.g. all refreshed, or a rescan), then slow
+    // again: an ordinary round, not a verification.
+    h.observe(&judge(None, None, TH));
+    assert_ne!(h.observe(&j(0.3)), HealthState::NotRecovering);
 }
 
 #[test]
