@@ -215,6 +215,9 @@ fn killed_mid_file(dir: &Path) -> (Drive, PathBuf, Fingerprint, bool) {
     });
     daemon.child.kill().unwrap(); // SIGKILL: no chance to clean up
     daemon.child.wait().unwrap();
+    // A write io_uring had punted to its workers may still land (and move
+    // the times) as the dead process's ring is torn down: judge after.
+    std::thread::sleep(Duration::from_millis(500));
     let exact = journal_matches(&dir.join("state"), &file);
     (d, file, before, exact)
 }

@@ -44,6 +44,31 @@ fn fingerprint_with_ctime(p: &Path) -> (Fingerprint, i64, i64) {
     (fingerprint(p), m.ctime(), m.ctime_nsec())
 }
 
+/// A daemon on an aged testbed drive holding `tree`, scanning once (the
+/// scan interval is long); returns once the first scan is done. The drive
+/// is judged degraded after two more sampling rounds (2 s apart) and then
+/// refreshes its plan from the database — without a rescan.
+fn aged_daemon(dir: &Path, d: &testbed::Drive, tree: &Path) -> Daemon {
+    // Other aged files that make the drive degraded on their own.
+    stale_files(&tree.join("others"), 3, 8, 90);
+    d.sync().unwrap();
+    d.age(6.0);
+    d.sync().unwrap();
+    let port = free_port();
+    let cfg = config(dir, tree, port, "scan_interval = \"1h\"\n");
+    let daemon = Daemon::start(dir, &cfg, port);
+    daemon.wait_for("the first scan", 30, |dm| {
+        dm.status()["files"].as_u64() == Some(4)
+    });
+    daemon
+}
+
+fn refresh_round_done(daemon: &Daemon) {
+    daemon.wait_for("a refresh round", 90, |dm| {
+        dm.status()["last_refresh"].is_i64()
+    });
+}
+
 #[test]
 fn privileged_directory_swapped_for_a_symlink_after_the_scan_reaches_nothing_outside() {
     if !privileged(
@@ -51,31 +76,19 @@ fn privileged_directory_swapped_for_a_symlink_after_the_scan_reaches_nothing_out
     ) {
         return;
     }
-    let fs = LoopFs::new("ext4", 256);
-    let tree = fs.path("tree");
-    let inside = stale_files(&tree.join("sub"), 1, 4, 91).remove(0);
-    let outside = stale_files(&fs.path("outside/sub"), 1, 4, 92).remove(0);
-    assert_eq!(inside.file_name(), outside.file_name());
-    fs.sync();
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let port = free_port();
-    let cfg = config(
-        tmp.path(),
-        &tree,
-        port,
-        "sample_interval = \"1h\"\nscan_interval = \"1h\"\n",
-    );
-    let daemon = Daemon::start(tmp.path(), &cfg, port);
-    daemon.wait_for("the first scan", 30, |dm| {
-        dm.status()["files"].as_u64() == Some(1)
-    });
-    // The swap: tree/sub becomes a symlink to ../outside/sub.
+    let d = drive(tmp.path(), "840evo");
+    let tree = d.path("tree");
+    let inside = stale_files(&tree.join("sub"), 1, 8, 91).remove(0);
+    let outside = stale_files(&d.path("outside/sub"), 1, 8, 92).remove(0);
+    assert_eq!(inside.file_name(), outside.file_name());
+    let daemon = aged_daemon(tmp.path(), &d, &tree);
+    // The swap, right after the scan: tree/sub becomes ../outside/sub.
     std::fs::rename(tree.join("sub"), tree.join("sub.old")).unwrap();
     std::os::unix::fs::symlink("../outside/sub", tree.join("sub")).unwrap();
     let before = fingerprint_with_ctime(&outside);
     let watch = Inotify::watch(&outside);
-    let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
-    assert_eq!(code, 0, "{out}{err}");
+    refresh_round_done(&daemon);
     let m = daemon.metrics();
     drop(daemon);
     assert_eq!(watch.pending(), 0, "the file outside the tree was opened");
@@ -95,32 +108,20 @@ fn privileged_file_replaced_after_the_scan_is_skipped_as_replaced() {
     if !privileged("privileged_file_replaced_after_the_scan_is_skipped_as_replaced") {
         return;
     }
-    let fs = LoopFs::new("ext4", 256);
-    let tree = fs.path("tree");
-    let file = stale_files(&tree, 1, 4, 93).remove(0);
-    fs.sync();
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let port = free_port();
-    let cfg = config(
-        tmp.path(),
-        &tree,
-        port,
-        "sample_interval = \"1h\"\nscan_interval = \"1h\"\n",
-    );
-    let daemon = Daemon::start(tmp.path(), &cfg, port);
-    daemon.wait_for("the first scan", 30, |dm| {
-        dm.status()["files"].as_u64() == Some(1)
-    });
+    let d = drive(tmp.path(), "840evo");
+    let tree = d.path("tree");
+    let file = stale_files(&tree, 1, 8, 93).remove(0);
+    let daemon = aged_daemon(tmp.path(), &d, &tree);
     // Another file takes the name (new inode), as stale as the first.
     let newcomer = tree.join("newcomer");
-    write_file(&newcomer, &pattern(4 << 20, 94));
+    write_file(&newcomer, &pattern(8 << 20, 94));
     let old = std::fs::metadata(&file).unwrap().mtime();
     set_mtime(&newcomer, old, 0);
     std::fs::rename(&newcomer, &file).unwrap();
     let before = fingerprint_with_ctime(&file);
     let watch = Inotify::watch(&file);
-    let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
-    assert_eq!(code, 0, "{out}{err}");
+    refresh_round_done(&daemon);
     let m = daemon.metrics();
     drop(daemon);
     assert_eq!(watch.pending(), 0, "the replacement was opened");

@@ -98,7 +98,7 @@ fn main() -> ExitCode {
             c.call(verb).and_then(|v| {
                 if wait {
                     let bar = !cli.json && std::io::stderr().is_terminal();
-                    client::wait(&mut c, &v, bar).map(|st| (client::render_status(&st), st))
+                    client::wait(&mut c, &v, bar).map(|st| (client::render_now_done(&v, &st), st))
                 } else {
                     let devs: Vec<String> = v
                         .as_array()

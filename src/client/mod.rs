@@ -326,6 +326,24 @@ pub fn render_survey(v: &Value) -> String {
     out
 }
 
+/// After `now --wait`: what each request did, then the status table.
+pub fn render_now_done(requested: &Value, st: &Value) -> String {
+    let mut out = String::new();
+    for r in requested.as_array().into_iter().flatten() {
+        let dev = r["device"].as_str().unwrap_or("?");
+        let d = st["drives"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|d| d["device"] == dev);
+        if let Some(what) = d.and_then(|d| d["last_request"].as_str()) {
+            out.push_str(&format!("{dev}: {what}\n"));
+        }
+    }
+    out.push_str(&render_status(st));
+    out
+}
+
 /// `now --wait`: follows the drives' progress until the requests are done.
 pub fn wait(client: &mut Client, requested: &Value, show_bar: bool) -> Result<Value, ClientError> {
     let targets: Vec<(String, u64)> = requested

@@ -226,6 +226,7 @@ fn status(shared: &Shared) -> Value {
                 "last_refresh": st.last_refresh,
                 "requests": st.requests,
                 "completed": st.completed,
+                "last_request": st.last_request,
                 "error": st.error,
             })
         })

@@ -7,13 +7,23 @@ use std::time::{Duration, Instant};
 /// The longest sleep between two looks (a poke wakes it earlier).
 pub const MAX_WAIT: Duration = Duration::from_secs(30);
 
-/// A `refreshctl now` that waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A `refreshctl now` that waits, and how far it got: the drive's trees
+/// are rescanned first (files added since the last scan count), then it is
+/// sampled, a suspect verdict confirmed at once (up to [`CONFIRM`]
+/// samples), refreshed if degraded or forced, the refresh verified, and
+/// only then is the request answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Request {
     pub force: bool,
-    /// The drive was sampled since it came (a request samples once).
-    pub sampled: bool,
+    pub rescanned: bool,
+    /// Samples taken for it.
+    pub samples: u8,
+    /// A refresh round ran for it.
+    pub refreshed: bool,
 }
+
+/// Samples a request takes at most to confirm a suspect drive.
+pub const CONFIRM: u8 = 3;
 
 /// Everything the decision depends on.
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +37,8 @@ pub struct View {
     pub request: Option<Request>,
     /// The health says: refresh (degraded).
     pub wants_refresh: bool,
+    /// One slow round: to be confirmed.
+    pub suspect: bool,
     pub paused: bool,
     pub in_window: bool,
     /// No refresh before this (after one failed to start, or until the
@@ -66,14 +78,19 @@ pub fn next_step(v: &View) -> Step {
     if v.stopping {
         return Step::Stop;
     }
-    if v.now >= v.next_scan {
+    if v.now >= v.next_scan || v.request.is_some_and(|r| !r.rescanned) {
         return Step::Scan;
     }
     if v.verify_pending {
         return Step::Sample { verify: true };
     }
-    let unsampled_request = v.request.is_some_and(|r| !r.sampled);
-    if v.now >= v.next_sample || unsampled_request {
+    if v.request.is_some_and(|r| r.refreshed) {
+        return Step::Answer;
+    }
+    let to_sample = v
+        .request
+        .is_some_and(|r| r.samples == 0 || (v.suspect && r.samples < CONFIRM && !r.force));
+    if v.now >= v.next_sample || to_sample {
         return Step::Sample { verify: false };
     }
     let forced = v.request.is_some_and(|r| r.force);
@@ -123,6 +140,7 @@ mod tests {
             verify_pending: false,
             request: None,
             wants_refresh: false,
+            suspect: false,
             paused: false,
             in_window: true,
             refresh_not_before: now,
@@ -176,19 +194,26 @@ mod tests {
 
     #[test]
     fn a_request_is_sampled_once_then_answered_or_refreshed() {
-        let req = |force, sampled| Some(Request { force, sampled });
+        let req = |force, samples| {
+            Some(Request {
+                force,
+                rescanned: true,
+                samples,
+                refreshed: false,
+            })
+        };
         let v = View {
-            request: req(false, false),
+            request: req(false, 0),
             ..view()
         };
         assert_eq!(next_step(&v), Step::Sample { verify: false });
         let v = View {
-            request: req(false, true),
+            request: req(false, 1),
             ..view()
         };
         assert_eq!(next_step(&v), Step::Answer, "healthy: nothing to refresh");
         let v = View {
-            request: req(true, true),
+            request: req(true, 1),
             ..view()
         };
         assert_eq!(next_step(&v), Step::Refresh { forced: true });
@@ -208,8 +233,9 @@ mod tests {
         assert!(matches!(next_step(&outside), Step::Wait { why: None, .. }));
         let waiting = View {
             request: Some(Request {
-                force: false,
-                sampled: true,
+                rescanned: true,
+                samples: 1,
+                ..Request::default()
             }),
             ..outside
         };
@@ -224,7 +250,9 @@ mod tests {
             paused: true,
             request: Some(Request {
                 force: true,
-                sampled: true,
+                rescanned: true,
+                samples: 1,
+                refreshed: false,
             }),
             ..degraded
         };
@@ -238,6 +266,56 @@ mod tests {
     }
 
     #[test]
+    fn a_request_rescans_samples_confirms_refreshes_verifies_then_answers() {
+        let mut r = Request::default();
+        let at = |r: Request, suspect, wants, verify| View {
+            request: Some(r),
+            suspect,
+            wants_refresh: wants,
+            verify_pending: verify,
+            ..view()
+        };
+        assert_eq!(
+            next_step(&at(r, false, false, false)),
+            Step::Scan,
+            "rescan first"
+        );
+        r.rescanned = true;
+        assert_eq!(
+            next_step(&at(r, false, false, false)),
+            Step::Sample { verify: false }
+        );
+        r.samples = 1;
+        // One slow round: confirmed at once, not at the next interval.
+        assert_eq!(
+            next_step(&at(r, true, false, false)),
+            Step::Sample { verify: false }
+        );
+        r.samples = 2;
+        assert_eq!(
+            next_step(&at(r, true, false, false)),
+            Step::Sample { verify: false }
+        );
+        r.samples = CONFIRM;
+        assert_eq!(
+            next_step(&at(r, true, false, false)),
+            Step::Answer,
+            "still only suspect"
+        );
+        assert_eq!(
+            next_step(&at(r, false, true, false)),
+            Step::Refresh { forced: false }
+        );
+        r.refreshed = true;
+        assert_eq!(
+            next_step(&at(r, false, true, true)),
+            Step::Sample { verify: true },
+            "the verification before the answer"
+        );
+        assert_eq!(next_step(&at(r, false, true, false)), Step::Answer);
+    }
+
+    #[test]
     fn a_spent_budget_holds_even_a_forced_request_and_says_why() {
         let v = view();
         let spent = View {
@@ -246,7 +324,9 @@ mod tests {
             refresh_not_before: v.now + Duration::from_secs(3600),
             request: Some(Request {
                 force: true,
-                sampled: true,
+                rescanned: true,
+                samples: 1,
+                refreshed: false,
             }),
             ..v
         };

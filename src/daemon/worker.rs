@@ -13,7 +13,7 @@ use crate::policy::{self, HealthState, Thresholds};
 use crate::sampler::{self, SampleOptions};
 
 use super::shared::{DriveCell, SampleRecord, Shared};
-use super::step::{next_step, Request, Step, View};
+use super::step::{next_step, Request, Step, View, CONFIRM};
 
 fn local_minute() -> u16 {
     // SAFETY: localtime_r with valid pointers; time(NULL) cannot fail.
@@ -42,11 +42,48 @@ struct Loop {
     /// Files just refreshed: the next sample measures them (did it help?),
     /// and whether the budget left others for another day.
     verify: Option<(Vec<FileRecord>, bool)>,
-    /// The waiting `now` request was sampled for.
-    request_sampled: bool,
+    /// How far the waiting `now` request got, and what its round did
+    /// (files, bytes).
+    req: Request,
+    req_done: (u64, u64),
     refresh_not_before: Instant,
     /// The daily budget is spent until then.
     budget_until: Option<Instant>,
+}
+
+/// What a `refreshctl now` did, in one line (shown by `--wait`).
+fn request_outcome(st: &super::shared::DriveStatus, r: Request, done: (u64, u64)) -> String {
+    let state = st.health.state.name();
+    if r.refreshed && done.0 > 0 {
+        return format!(
+            "refreshed {} file(s), {}; verified: {state}",
+            done.0,
+            crate::units::format_size(done.1)
+        );
+    }
+    if r.refreshed {
+        let p = &st.plan;
+        let why = if p.deferred_budget > 0 {
+            "the daily budget is spent"
+        } else if p.skipped_recent > 0 {
+            "every stale file was refreshed within min_interval"
+        } else {
+            "no stale data"
+        };
+        return format!("nothing to refresh: {why}; the drive is {state}");
+    }
+    match st.health.state {
+        HealthState::Suspect => {
+            format!(
+                "suspect: one slow round, not confirmed in {CONFIRM} samples; nothing refreshed"
+            )
+        }
+        HealthState::Degraded => format!(
+            "degraded: the refresh waits ({})",
+            st.waiting.unwrap_or("see status")
+        ),
+        _ => format!("{state}: nothing to refresh"),
+    }
 }
 
 /// The start of the next UTC day (when the daily budget resets).
@@ -68,20 +105,22 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         next_scan: now,
         next_sample: now,
         verify: None,
-        request_sampled: false,
+        req: Request::default(),
+        req_done: (0, 0),
         refresh_not_before: now,
         budget_until: None,
     };
     loop {
         let s = settings_for(&shared, &cell);
-        let (request, wants_refresh, only) = {
+        let (request, wants_refresh, only, suspect) = {
             let st = cell.lock();
             let request = st.pending.as_ref().map(|r| Request {
                 force: r.force,
-                sampled: l.request_sampled,
+                ..l.req
             });
             let only = st.pending.as_ref().and_then(|r| r.path.clone());
-            (request, st.health.wants_refresh(), only)
+            let suspect = st.health.state == HealthState::Suspect;
+            (request, st.health.wants_refresh(), only, suspect)
         };
         let in_window = s.window.contains(local_minute());
         let paused = cell.paused.load(Ordering::Relaxed);
@@ -101,6 +140,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             verify_pending: l.verify.is_some(),
             request,
             wants_refresh,
+            suspect,
             paused,
             in_window,
             refresh_not_before: l.refresh_not_before,
@@ -109,6 +149,9 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         match next_step(&view) {
             Step::Stop => return,
             Step::Scan => {
+                if request.is_some() {
+                    l.req.rescanned = true;
+                }
                 scan(&mut store, &cell, &s);
                 l.next_scan = Instant::now() + s.scan_interval;
             }
@@ -124,7 +167,9 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                     }
                     None => sample(&shared, &cell, Source::Store(&store), &s),
                 };
-                l.request_sampled = request.is_some();
+                if request.is_some() && !verify {
+                    l.req.samples += 1;
+                }
                 l.next_sample = Instant::now()
                     + if state == HealthState::Suspect {
                         // Confirm soon instead of in hours.
@@ -136,10 +181,13 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             Step::Refresh { forced } => {
                 let r = super::round::run(&shared, &cell, &store, &s, forced, only.as_deref());
                 if r.finished {
-                    let mut st = cell.lock();
-                    st.pending = None;
-                    st.completed = st.requests;
-                    l.request_sampled = false;
+                    if request.is_some() {
+                        l.req.refreshed = true;
+                        l.req_done = (
+                            r.refreshed.len() as u64,
+                            r.refreshed.iter().map(|f| f.size).sum(),
+                        );
+                    }
                     // Verify at once what was really rewritten: rescan
                     // (ages), then measure those files. An empty round
                     // rewrote nothing and verifies nothing.
@@ -165,9 +213,11 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             }
             Step::Answer => {
                 let mut st = cell.lock();
+                st.last_request = Some(request_outcome(&st, l.req, l.req_done));
                 st.pending = None;
                 st.completed = st.requests;
-                l.request_sampled = false;
+                l.req = Request::default();
+                l.req_done = (0, 0);
             }
             Step::Wait { at_most, why } => {
                 let mut st = cell.lock();
