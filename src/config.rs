@@ -120,6 +120,10 @@ pub struct Settings {
     pub daily_budget: Option<u64>,
     /// Free space that must stay free on the filesystem (watermark).
     pub min_free: u64,
+    /// What fresh data reads at on this drive, declared by the operator:
+    /// the reference of last resort when no canary can be written and the
+    /// drive has no recorded baseline.
+    pub expected_throughput: Option<u64>,
 }
 
 const DAY: u64 = 86_400;
@@ -139,6 +143,7 @@ impl Default for Settings {
             strategy: Strategy::Auto,
             daily_budget: None,
             min_free: 1 << 30,
+            expected_throughput: None,
         }
     }
 }
@@ -282,6 +287,7 @@ const SETTING_KEYS: &[&str] = &[
     "strategy",
     "daily_budget",
     "min_free",
+    "expected_throughput",
 ];
 
 impl Parser<'_> {
@@ -496,6 +502,11 @@ impl Parser<'_> {
                     }
                 }
                 "min_free" => set(&mut s.min_free, self.value::<ByteSize>(key, v).map(|b| b.0)),
+                "expected_throughput" => {
+                    if let Some(r) = self.value::<Rate>(key, v) {
+                        s.expected_throughput = Some(r.0);
+                    }
+                }
                 _ => self.unknown(k, section, SETTING_KEYS),
             }
         }

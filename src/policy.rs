@@ -36,16 +36,44 @@ pub struct Thresholds {
     pub min_ratio: f64,
 }
 
+/// Where a round's fresh reference came from, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reference {
+    /// A canary written and read back in this round.
+    Canary,
+    /// What fresh data read at on this drive before (its identity's
+    /// recorded baseline).
+    Baseline,
+    /// The drive's freshest data (the youngest, non-stale age bucket).
+    FreshestData,
+    /// The operator's `expected_throughput`.
+    Expected,
+}
+
+/// References other than the round's own canary.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Fallbacks {
+    pub baseline_bps: Option<f64>,
+    pub expected_bps: Option<f64>,
+}
+
 /// The verdict on one round.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Judgement {
     pub stale_bps: Option<f64>,
     pub fresh_bps: Option<f64>,
     pub ratio: Option<f64>,
-    /// min(stale/min_throughput, ratio/min_ratio); `None` without stale data.
+    /// min(stale/min_throughput, ratio/min_ratio); `None` without stale
+    /// data, or without a reference while the ratio floor is in use.
     pub score: Option<f64>,
     /// Why it is below, in words (empty when it is not).
     pub reasons: Vec<String>,
+    /// Where `fresh_bps` came from.
+    pub reference: Option<Reference>,
+    /// Stale data was measured but no reference could be had: the drive
+    /// cannot be judged, and this says why.
+    pub unjudged: Option<String>,
 }
 
 impl Judgement {
@@ -97,16 +125,48 @@ pub fn judge(stale_bps: Option<f64>, fresh_bps: Option<f64>, th: Thresholds) -> 
         ratio,
         score: score.filter(|s| s.is_finite()).or(score.map(|_| f64::MAX)),
         reasons,
+        reference: fresh_bps.map(|_| Reference::Canary),
+        unjudged: None,
     }
 }
 
-/// Judges a sampled round.
-pub fn judge_sample(s: &DriveSample, th: Thresholds) -> Judgement {
-    judge(
-        s.stale.median_bps(),
+/// Judges a sampled round, with the best reference there is: the round's
+/// canary, the drive's baseline, its freshest data, the operator's
+/// expectation. With stale data, the ratio floor in use and none of them,
+/// the round is unjudged (never healthy by default).
+pub fn judge_sample(s: &DriveSample, th: Thresholds, fb: Fallbacks) -> Judgement {
+    let freshest = s
+        .buckets
+        .first()
+        .filter(|b| b.min_months == 0.0 && !b.stale)
+        .and_then(|b| b.measured.median_bps());
+    let (fresh, reference) = match (
         s.fresh.as_ref().and_then(|f| f.median_bps()),
-        th,
-    )
+        fb.baseline_bps,
+        freshest,
+        fb.expected_bps,
+    ) {
+        (Some(c), ..) => (Some(c), Some(Reference::Canary)),
+        (None, Some(b), ..) => (Some(b), Some(Reference::Baseline)),
+        (None, None, Some(f), _) => (Some(f), Some(Reference::FreshestData)),
+        (None, None, None, Some(e)) => (Some(e), Some(Reference::Expected)),
+        _ => (None, None),
+    };
+    let stale = s.stale.median_bps();
+    let mut j = judge(stale, fresh, th);
+    j.reference = reference;
+    if stale.is_some() && fresh.is_none() && th.min_ratio > 0.0 {
+        let why = s
+            .fresh_missing
+            .clone()
+            .unwrap_or_else(|| "no canary".into());
+        j.unjudged = Some(format!(
+            "no fresh reference: {why}; no recorded baseline for this drive, no fresh data \
+             on it, no expected_throughput configured"
+        ));
+        j.score = None;
+    }
+    j
 }
 
 /// A drive's state as the daemon tracks it.
@@ -115,6 +175,10 @@ pub fn judge_sample(s: &DriveSample, th: Thresholds) -> Judgement {
 pub enum HealthState {
     /// Not measured yet, or nothing stale to measure.
     Unknown,
+    /// Stale data was measured but there is nothing to compare it with
+    /// (see the judgement's `unjudged` reason): never refreshed, never
+    /// called healthy.
+    Unjudged,
     Healthy,
     /// One round below the floors: re-sample soon to confirm.
     Suspect,
@@ -127,6 +191,7 @@ impl HealthState {
     pub fn name(self) -> &'static str {
         match self {
             HealthState::Unknown => "unknown",
+            HealthState::Unjudged => "unjudged",
             HealthState::Healthy => "healthy",
             HealthState::Suspect => "suspect",
             HealthState::Degraded => "degraded",
@@ -165,6 +230,12 @@ fn median(v: &VecDeque<f64>) -> f64 {
 impl Health {
     /// Takes a round's judgement; returns the new state.
     pub fn observe(&mut self, j: &Judgement) -> HealthState {
+        if j.unjudged.is_some() {
+            // Old scores are kept: with a reference back, confirmation
+            // goes on from them.
+            self.state = HealthState::Unjudged;
+            return self.state;
+        }
         let Some(score) = j.score else {
             // Nothing stale: nothing to refresh, the drive is not slow on
             // anything we track.

@@ -106,7 +106,8 @@ pub fn run(opts: &SurveyOptions) -> Result<Vec<DriveReport>, SurveyError> {
             device: device.clone(),
             source,
         })?;
-        let judgement = policy::judge_sample(&sample, opts.thresholds);
+        let judgement =
+            policy::judge_sample(&sample, opts.thresholds, policy::Fallbacks::default());
         let verdict = match judgement.score {
             None => "unknown",
             Some(_) if judgement.below() => "degraded",

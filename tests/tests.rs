@@ -7,6 +7,7 @@ mod cli;
 mod daemon;
 mod daemon_harness;
 mod daemon_identity;
+mod daemon_judge;
 mod daemon_now;
 mod daemon_recovery;
 mod drives;

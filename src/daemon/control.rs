@@ -221,6 +221,8 @@ fn status(shared: &Shared) -> Value {
                     "fresh_bps": s.judgement.fresh_bps,
                     "ratio": s.judgement.ratio,
                     "reasons": s.judgement.reasons,
+                    "reference": s.judgement.reference,
+                    "unjudged": s.judgement.unjudged,
                 })),
                 "refresh": st.refresh,
                 "last_refresh": st.last_refresh,

@@ -129,7 +129,7 @@ impl Metrics {
         );
         r.register(
             "drive_state",
-            "The drive's state (unknown, healthy, suspect, degraded, not_recovering): 1 for the current one",
+            "The drive's state (unknown, unjudged, healthy, suspect, degraded, not_recovering): 1 for the current one",
             m.state.clone(),
         );
         r.register_with_unit(
@@ -254,6 +254,7 @@ impl Metrics {
     pub fn set_state(&self, device: &str, state: HealthState) {
         for st in [
             HealthState::Unknown,
+            HealthState::Unjudged,
             HealthState::Healthy,
             HealthState::Suspect,
             HealthState::Degraded,

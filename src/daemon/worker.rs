@@ -163,9 +163,10 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                             stale_after: Duration::ZERO,
                             ..s.clone()
                         };
-                        sample(&shared, &cell, Source::Rewritten(done, partial), &all_stale)
+                        let src = Source::Rewritten(done, partial);
+                        sample(&shared, &cell, &store, src, &all_stale)
                     }
-                    None => sample(&shared, &cell, Source::Store(&store), &s),
+                    None => sample(&shared, &cell, &store, Source::Inventory, &s),
                 };
                 if request.is_some() && !verify {
                     l.req.samples += 1;
@@ -338,14 +339,28 @@ fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) {
 
 /// What a sampling round draws from: the inventory, streamed, or the
 /// files just refreshed (to see whether it helped).
-enum Source<'a> {
-    Store(&'a Store),
+enum Source {
+    Inventory,
     /// The files a round just rewrote: a verification (and whether the
     /// round was cut by the budget).
     Rewritten(Vec<FileRecord>, bool),
 }
 
-fn sample(shared: &Shared, cell: &DriveCell, source: Source<'_>, s: &Settings) -> HealthState {
+/// The drive's identity for its baseline (the first member's: wwid, or
+/// model and serial).
+fn drive_identity(cell: &DriveCell) -> String {
+    cell.drives
+        .first()
+        .map_or_else(|| cell.label.clone(), |d| d.id.clone())
+}
+
+fn sample(
+    shared: &Shared,
+    cell: &DriveCell,
+    store: &Store,
+    source: Source,
+    s: &Settings,
+) -> HealthState {
     let now = inventory::now_secs();
     let opts = SampleOptions {
         budget: s.sample_bytes,
@@ -362,11 +377,11 @@ fn sample(shared: &Shared, cell: &DriveCell, source: Source<'_>, s: &Settings) -
     let mut buckets = sampler::Buckets::new(now, opts.stale_after, opts.seed);
     let verification = match &source {
         Source::Rewritten(_, partial) => Some(*partial),
-        Source::Store(_) => None,
+        Source::Inventory => None,
     };
     match source {
         Source::Rewritten(files, _) => files.into_iter().for_each(|f| buckets.add(f)),
-        Source::Store(store) => {
+        Source::Inventory => {
             for root in &cell.roots {
                 if let Err(e) = store.for_each_file(root, &mut |f| buckets.add(f)) {
                     tracing::warn!("{e}");
@@ -376,13 +391,32 @@ fn sample(shared: &Shared, cell: &DriveCell, source: Source<'_>, s: &Settings) -
     }
     match sampler::sample_buckets(buckets, &opts) {
         Ok(sample) => {
-            let j = policy::judge_sample(&sample, th);
+            let id = drive_identity(cell);
+            if let Some(b) = sample.fresh.as_ref().and_then(|f| f.median_bps()) {
+                if let Err(e) = store.record_baseline(&id, b, now) {
+                    tracing::warn!("recording the drive's baseline: {e}");
+                }
+            }
+            let fallbacks = policy::Fallbacks {
+                baseline_bps: store.baseline(&id).ok().flatten().map(|(b, _)| b),
+                expected_bps: s.expected_throughput.map(|e| e as f64),
+            };
+            let j = policy::judge_sample(&sample, th, fallbacks);
             shared.metrics.sampled(&cell.label, &sample, now);
             let mut st = cell.lock();
+            let was = st.health.state;
             let state = match verification {
                 Some(partial) => st.health.verified(&j, partial),
                 None => st.health.observe(&j),
             };
+            if state != was && (state == HealthState::Unjudged || was == HealthState::Unjudged) {
+                match &j.unjudged {
+                    Some(why) => tracing::warn!("cannot judge the drive: {why}"),
+                    None => {
+                        tracing::warn!(reference = ?j.reference, "the drive can be judged again")
+                    }
+                }
+            }
             tracing::info!(
                 state = state.name(),
                 stale_mbps = j.stale_bps.map(|b| b / 1e6),

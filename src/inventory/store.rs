@@ -148,6 +148,11 @@ impl Store {
                  PRIMARY KEY (dev, ino)
              ) WITHOUT ROWID;
              CREATE INDEX IF NOT EXISTS files_by_dir ON files (dir);
+             CREATE TABLE IF NOT EXISTS baselines (
+                 drive TEXT PRIMARY KEY,
+                 fresh_bps REAL NOT NULL,
+                 at INTEGER NOT NULL
+             );
              CREATE TABLE IF NOT EXISTS checkpoints (
                  dev INTEGER NOT NULL,
                  ino INTEGER NOT NULL,
@@ -549,6 +554,35 @@ impl Store {
             .into_iter()
             .filter_map(|(f, c)| c.map(|(mtime, updated)| (f, mtime, updated)))
             .collect())
+    }
+
+    /// What fresh data read at on the drive with identity `drive` (its
+    /// wwid, or model and serial: it survives renames and reboots), and
+    /// when that was measured.
+    pub fn baseline(&self, drive: &str) -> Result<Option<(f64, i64)>, StoreError> {
+        self.db(self
+            .conn
+            .query_row(
+                "SELECT fresh_bps, at FROM baselines WHERE drive = ?1",
+                [drive],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional())
+    }
+
+    /// Records a fresh-data measurement: smoothed with the one before (a
+    /// single busy round does not move the baseline far).
+    pub fn record_baseline(&self, drive: &str, fresh_bps: f64, at: i64) -> Result<(), StoreError> {
+        let next = match self.baseline(drive)? {
+            Some((old, _)) => 0.7 * old + 0.3 * fresh_bps,
+            None => fresh_bps,
+        };
+        self.db(self.conn.execute(
+            "INSERT INTO baselines (drive, fresh_bps, at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (drive) DO UPDATE SET fresh_bps = excluded.fresh_bps, at = excluded.at",
+            params![drive, next, at],
+        ))?;
+        Ok(())
     }
 
     pub fn clear_checkpoint(&self, dev: u64, ino: u64) -> Result<(), StoreError> {

@@ -14,6 +14,8 @@ fn j(score: f64) -> Judgement {
         ratio: Some(1.0),
         score: Some(score),
         reasons: vec![],
+        reference: None,
+        unjudged: None,
     }
 }
 
@@ -207,4 +209,93 @@ fn plan_skips_recent_refreshes_and_respects_the_budget() {
     let inos: Vec<u64> = p.files.iter().map(|f| f.ino).collect();
     assert_eq!(inos, [2, 3, 5]);
     assert_eq!((p.skipped_recent, p.deferred_budget, p.bytes), (1, 1, 25));
+}
+
+mod references {
+    use super::*;
+    use crate::policy::{judge_sample, Fallbacks, Reference};
+    use crate::sampler::{BucketSample, DriveSample, Measurement};
+
+    fn measured(bps: f64) -> Measurement {
+        Measurement {
+            throughput: crate::sampler::Percentiles::of(&[bps, bps, bps, bps]),
+            ..Measurement::default()
+        }
+    }
+
+    fn sample(stale: f64, canary: Option<f64>, fresh_bucket: Option<f64>) -> DriveSample {
+        let mut buckets = vec![];
+        if let Some(f) = fresh_bucket {
+            buckets.push(BucketSample {
+                label: "0-1".into(),
+                min_months: 0.0,
+                files: 1,
+                bytes: 1,
+                stale: false,
+                measured: measured(f),
+            });
+        }
+        DriveSample {
+            fresh: canary.map(measured),
+            fresh_missing: canary.is_none().then(|| "no room for a canary".into()),
+            buckets,
+            stale: measured(stale),
+            stale_files: 1,
+            stale_bytes: 1,
+            bytes_read: 0,
+            canary_bytes: 0,
+            seconds: 0.0,
+        }
+    }
+
+    const RATIO: Thresholds = Thresholds {
+        min_throughput: 1 << 20,
+        min_ratio: 0.5,
+    };
+
+    #[test]
+    fn references_in_order_canary_baseline_freshest_expected() {
+        let fb = Fallbacks {
+            baseline_bps: Some(200e6),
+            expected_bps: Some(500e6),
+        };
+        let j = judge_sample(&sample(34e6, Some(230e6), Some(100e6)), RATIO, fb);
+        assert_eq!(j.reference, Some(Reference::Canary));
+        assert!(j.below(), "34 vs 230 MB/s is below 0.5");
+        let j = judge_sample(&sample(34e6, None, Some(100e6)), RATIO, fb);
+        assert_eq!(
+            (j.reference, j.fresh_bps),
+            (Some(Reference::Baseline), Some(200e6))
+        );
+        let no_baseline = Fallbacks {
+            baseline_bps: None,
+            ..fb
+        };
+        let j = judge_sample(&sample(34e6, None, Some(100e6)), RATIO, no_baseline);
+        assert_eq!(j.reference, Some(Reference::FreshestData));
+        let j = judge_sample(&sample(34e6, None, None), RATIO, no_baseline);
+        assert_eq!(
+            (j.reference, j.fresh_bps),
+            (Some(Reference::Expected), Some(500e6))
+        );
+    }
+
+    #[test]
+    fn without_any_reference_the_drive_is_unjudged_never_healthy() {
+        let j = judge_sample(&sample(34e6, None, None), RATIO, Fallbacks::default());
+        let why = j.unjudged.clone().unwrap_or_default();
+        assert!(why.contains("no room for a canary"), "{why}");
+        let mut h = Health::default();
+        for _ in 0..5 {
+            assert_eq!(h.observe(&j), HealthState::Unjudged);
+        }
+        assert!(!h.wants_refresh());
+        // Without the ratio floor no reference is needed.
+        let floor_only = Thresholds {
+            min_ratio: 0.0,
+            ..RATIO
+        };
+        let j = judge_sample(&sample(34e6, None, None), floor_only, Fallbacks::default());
+        assert_eq!(j.unjudged, None);
+    }
 }

@@ -403,23 +403,37 @@ fn measure(reader: &mut Reader, cands: &[Candidate], budget: u64, rng: &mut Smal
 }
 
 /// Writes the canary: `len` incompressible bytes, O_DIRECT, fdatasync.
+/// Free space a canary leaves at least: its own small reserve, not the
+/// refresh watermark (`min_free`, when smaller, wins): the canary is an
+/// unnamed file that lives for one round's seconds.
+pub const CANARY_RESERVE: u64 = 64 << 20;
+
+/// The canary's length on a filesystem with `free` bytes free: `want`, or
+/// less (whole regions, at least one) so that `reserve` stays free.
+pub fn canary_fits(want: u64, free: u64, reserve: u64) -> Option<u64> {
+    let room = free.saturating_sub(reserve) / REGION * REGION;
+    let len = want.min(room);
+    (len >= REGION).then_some(len)
+}
+
 fn write_canary(
     dir: &Path,
-    len: u64,
+    want: u64,
     min_free: u64,
     rng: &mut SmallRng,
 ) -> Result<Candidate, String> {
     let vfs = rustix::fs::statvfs(dir).map_err(|e| format!("statvfs {}: {e}", dir.display()))?;
     let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
-    if free < len.saturating_add(min_free) {
+    let reserve = min_free.min(CANARY_RESERVE);
+    let Some(len) = canary_fits(want, free, reserve) else {
         return Err(format!(
-            "only {} free on {}, the canary needs {} above the {} watermark",
+            "only {} free on {}: no room for a {} canary above a {} reserve",
             crate::units::format_size(free),
             dir.display(),
-            crate::units::format_size(len),
-            crate::units::format_size(min_free)
+            crate::units::format_size(REGION),
+            crate::units::format_size(reserve)
         ));
-    }
+    };
     let fd = openat2(
         CWD,
         dir,
@@ -472,6 +486,8 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
     };
     let groups = b.into_groups();
     let used = groups.iter().filter(|g| g.alloc > 0).count() as u64;
+    // It may have shrunk to what the filesystem can spare.
+    let canary_len = canary.as_ref().map_or(canary_len, |c| c.total);
     let left = opts.budget - if canary.is_ok() { canary_len } else { 0 };
     let per_bucket = left.checked_div(used).unwrap_or(0);
     let mut buckets = vec![];
@@ -546,6 +562,24 @@ mod tests {
         assert!(Percentiles::of(&[]).is_none());
         // Order does not matter.
         assert_eq!(Percentiles::of(&[5.0, 1.0, 4.0, 2.0, 3.0]), Some(p));
+    }
+
+    #[test]
+    fn the_canary_shrinks_to_what_the_filesystem_can_spare() {
+        let mib = 1 << 20;
+        assert_eq!(
+            canary_fits(32 * mib, 10_000 * mib, 64 * mib),
+            Some(32 * mib)
+        );
+        // 80 MiB free, 64 MiB reserve: a 16 MiB canary, not none.
+        assert_eq!(canary_fits(32 * mib, 80 * mib, 64 * mib), Some(16 * mib));
+        assert_eq!(
+            canary_fits(32 * mib, 66 * mib, 64 * mib),
+            None,
+            "less than a region"
+        );
+        // The refresh watermark (1 GiB by default) is not the canary's need.
+        assert!(canary_fits(32 * mib, 600 * mib, CANARY_RESERVE.min(1 << 30)).is_some());
     }
 
     #[test]

@@ -1,0 +1,102 @@
+//! Judgement an operator can trust: never blind. The fresh reference is a
+//! canary sized to what the filesystem can spare (not the refresh
+//! watermark), else the drive's recorded baseline, else its freshest data,
+//! else `expected_throughput`; with none the drive is `unjudged` and says
+//! why — never silently healthy.
+
+use std::path::Path;
+
+use crate::daemon_harness::*;
+use crate::helpers::*;
+
+const RATIO_ONLY: &str =
+    "min_free = \"1GiB\"\nmin_throughput = \"1MiB/s\"\nmin_ratio = 0.5\nsample_bytes = \"64MiB\"\n";
+
+fn aged(dir: &Path, n: usize) -> (testbed::Drive, std::path::PathBuf) {
+    let d = drive(dir, "840evo");
+    let tree = d.path("index");
+    stale_files(&tree, n, 16, 501);
+    d.sync().unwrap();
+    d.age(6.0);
+    d.sync().unwrap();
+    (d, tree)
+}
+
+#[test]
+fn privileged_ratio_judged_with_the_default_min_free_on_a_small_drive() {
+    if !privileged("privileged_ratio_judged_with_the_default_min_free_on_a_small_drive") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (_d, tree) = aged(tmp.path(), 4);
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, RATIO_ONLY);
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    // Samples every 2 s: degraded after two slow rounds, then refreshed.
+    daemon.wait_for("degraded and refreshed", 30, |dm| {
+        dm.status()["last_refresh"].is_i64()
+    });
+    let s = daemon.status();
+    assert_eq!(s["last_sample"]["reference"], "canary", "{s:#}");
+}
+
+/// Fills the filesystem holding `path` until about `left` bytes are free.
+fn fill(path: &Path, left: u64) -> std::path::PathBuf {
+    let vfs = nix::sys::statvfs::statvfs(path).unwrap();
+    let free = vfs.blocks_available() * vfs.fragment_size();
+    let ballast = path.join("ballast");
+    let len = free.saturating_sub(left);
+    run(std::process::Command::new("fallocate")
+        .args(["-l", &len.to_string()])
+        .arg(&ballast));
+    ballast
+}
+
+#[test]
+fn privileged_nearly_full_drive_uses_its_baseline_or_says_it_cannot_judge() {
+    if !privileged("privileged_nearly_full_drive_uses_its_baseline_or_says_it_cannot_judge") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (d, tree) = aged(tmp.path(), 2);
+    let mnt = d.path("");
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, RATIO_ONLY);
+    // With room: a canary, and the drive's baseline recorded.
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    daemon.wait_for("a sample with a canary", 30, |dm| {
+        dm.status()["last_sample"]["reference"] == "canary"
+    });
+    drop(daemon);
+    // Nearly full (no room for even a 4 MiB canary): the baseline judges.
+    let ballast = fill(&mnt, 40 << 20);
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    daemon.wait_for("a sample judged from the baseline", 30, |dm| {
+        dm.status()["last_sample"]["reference"] == "baseline"
+    });
+    // Judged degraded from the baseline, and refreshed (let the round
+    // finish: a kill mid-file would leave a moved mtime behind).
+    daemon.wait_for("refreshed", 60, |dm| dm.status()["last_refresh"].is_i64());
+    drop(daemon);
+    // A state directory without that history: unjudged, with the reason.
+    let fresh_state = tempfile::tempdir_in("/var/tmp").unwrap();
+    let port = free_port();
+    let cfg = config(fresh_state.path(), &tree, port, RATIO_ONLY);
+    let daemon = Daemon::start(fresh_state.path(), &cfg, port);
+    daemon.wait_for("unjudged", 30, |dm| dm.status()["state"] == "unjudged");
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let s = daemon.status();
+        assert_eq!(s["state"], "unjudged", "never silently healthy: {s:#}");
+        let why = s["last_sample"]["unjudged"].as_str().unwrap_or("");
+        assert!(why.contains("no room for a"), "{why}");
+    }
+    let (_, text, _) = daemon.ctl(&["status"]);
+    assert!(text.contains("cannot judge:"), "{text}");
+    assert!(
+        daemon.log().contains("cannot judge the drive"),
+        "WARN logged"
+    );
+    drop(daemon);
+    std::fs::remove_file(ballast).unwrap();
+}
