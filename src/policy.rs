@@ -74,7 +74,16 @@ pub struct Judgement {
     /// Stale data was measured but no reference could be had: the drive
     /// cannot be judged, and this says why.
     pub unjudged: Option<String>,
+    /// Every byte is slow, fresh as well as old: a rewrite cannot help
+    /// (a link negotiated down, garbage collection, a failing drive).
+    pub slow: Option<String>,
 }
+
+/// Fresh and old data reading within this ratio of each other are "the
+/// same speed": whatever makes them slow, it is not the data's age.
+pub const SLOW_RATIO: f64 = 0.7;
+/// Fresh data below this share of the drive's baseline is far below it.
+pub const BELOW_BASELINE: f64 = 0.5;
 
 impl Judgement {
     pub fn below(&self) -> bool {
@@ -127,7 +136,41 @@ pub fn judge(stale_bps: Option<f64>, fresh_bps: Option<f64>, th: Thresholds) -> 
         reasons,
         reference: fresh_bps.map(|_| Reference::Canary),
         unjudged: None,
+        slow: None,
     }
+}
+
+/// Whether every byte is slow: this round's canary reads about as slowly
+/// as the old data, and below the floor or far below the drive's baseline.
+fn every_byte_slow(
+    stale: f64,
+    canary: f64,
+    th: Thresholds,
+    baseline: Option<f64>,
+) -> Option<String> {
+    if stale < SLOW_RATIO * canary {
+        return None; // old data is slower than fresh: age, refreshable
+    }
+    let below_floor = th.min_throughput > 0 && canary < th.min_throughput as f64;
+    let below_baseline = baseline.is_some_and(|b| canary < BELOW_BASELINE * b);
+    if !below_floor && !below_baseline {
+        return None;
+    }
+    let mut why = format!(
+        "fresh data reads as slowly as old data ({} vs {})",
+        mbps(canary),
+        mbps(stale)
+    );
+    if let Some(b) = baseline.filter(|_| below_baseline) {
+        why.push_str(&format!(", far below this drive's baseline of {}", mbps(b)));
+    } else {
+        why.push_str(&format!(
+            ", below min_throughput {}",
+            mbps(th.min_throughput as f64)
+        ));
+    }
+    why.push_str(": a rewrite cannot help (link speed, garbage collection, a failing drive)");
+    Some(why)
 }
 
 /// Judges a sampled round, with the best reference there is: the round's
@@ -155,6 +198,12 @@ pub fn judge_sample(s: &DriveSample, th: Thresholds, fb: Fallbacks) -> Judgement
     let stale = s.stale.median_bps();
     let mut j = judge(stale, fresh, th);
     j.reference = reference;
+    if let (Some(st), Some(c), Some(Reference::Canary)) = (stale, fresh, reference) {
+        j.slow = every_byte_slow(st, c, th, fb.baseline_bps);
+        if j.slow.is_some() {
+            j.score = None;
+        }
+    }
     if stale.is_some() && fresh.is_none() && th.min_ratio > 0.0 {
         let why = s
             .fresh_missing
@@ -179,6 +228,9 @@ pub enum HealthState {
     /// (see the judgement's `unjudged` reason): never refreshed, never
     /// called healthy.
     Unjudged,
+    /// Every byte is slow, fresh as well as old (see the judgement's
+    /// `slow` reason): never refreshed, diagnosed.
+    Slow,
     Healthy,
     /// One round below the floors: re-sample soon to confirm.
     Suspect,
@@ -192,6 +244,7 @@ impl HealthState {
         match self {
             HealthState::Unknown => "unknown",
             HealthState::Unjudged => "unjudged",
+            HealthState::Slow => "slow",
             HealthState::Healthy => "healthy",
             HealthState::Suspect => "suspect",
             HealthState::Degraded => "degraded",
@@ -234,6 +287,12 @@ impl Health {
             // Old scores are kept: with a reference back, confirmation
             // goes on from them.
             self.state = HealthState::Unjudged;
+            return self.state;
+        }
+        if j.slow.is_some() {
+            // Scores of a slow drive say nothing about its data's age.
+            self.scores.clear();
+            self.state = HealthState::Slow;
             return self.state;
         }
         let Some(score) = j.score else {

@@ -100,3 +100,43 @@ fn privileged_nearly_full_drive_uses_its_baseline_or_says_it_cannot_judge() {
     drop(daemon);
     std::fs::remove_file(ballast).unwrap();
 }
+
+#[test]
+fn privileged_link_capped_drive_is_slow_and_never_rewritten() {
+    if !privileged("privileged_link_capped_drive_is_slow_and_never_rewritten") {
+        return;
+    }
+    // Fresh flash, old mtimes, a link negotiated down to 20 MB/s.
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = drive(tmp.path(), "840evo");
+    let tree = d.path("index");
+    stale_files(&tree, 4, 16, 601);
+    d.sync().unwrap();
+    d.link_cap(20_000_000);
+    let port = free_port();
+    let cfg = config(
+        tmp.path(),
+        &tree,
+        port,
+        "sample_interval = \"1s\"\nsample_bytes = \"8MiB\"\n",
+    );
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    let mut rounds = std::collections::BTreeSet::new();
+    let t = std::time::Instant::now();
+    while rounds.len() < 20 {
+        assert!(t.elapsed().as_secs() < 120, "only {} rounds", rounds.len());
+        let s = daemon.status();
+        if let Some(at) = s["last_sample"]["at"].as_i64() {
+            if rounds.insert(at) && rounds.len() > 1 {
+                assert_eq!(s["state"], "slow", "round {}: {s:#}", rounds.len());
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let s = daemon.status();
+    let why = s["last_sample"]["slow"].as_str().unwrap_or("");
+    assert!(why.contains("as slowly as old data"), "{s:#}");
+    assert_eq!(refreshed_bytes(&daemon.metrics()), 0.0, "nothing rewritten");
+    assert!(s["last_refresh"].is_null());
+    d.link_cap(0);
+}

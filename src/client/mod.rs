@@ -170,6 +170,9 @@ pub fn render_status(v: &Value) -> String {
         if let Some(e) = d["error"].as_str() {
             out.push_str(&format!("{:<10} note: {e}\n", ""));
         }
+        if let Some(why) = d["last_sample"]["slow"].as_str() {
+            out.push_str(&format!("{:<10} slow: {why}\n", ""));
+        }
         if let Some(why) = d["last_sample"]["unjudged"].as_str() {
             out.push_str(&format!("{:<10} cannot judge: {why}\n", ""));
         }

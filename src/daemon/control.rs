@@ -223,6 +223,7 @@ fn status(shared: &Shared) -> Value {
                     "reasons": s.judgement.reasons,
                     "reference": s.judgement.reference,
                     "unjudged": s.judgement.unjudged,
+                    "slow": s.judgement.slow,
                 })),
                 "refresh": st.refresh,
                 "last_refresh": st.last_refresh,

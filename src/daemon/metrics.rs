@@ -129,7 +129,7 @@ impl Metrics {
         );
         r.register(
             "drive_state",
-            "The drive's state (unknown, unjudged, healthy, suspect, degraded, not_recovering): 1 for the current one",
+            "The drive's state (unknown, unjudged, slow, healthy, suspect, degraded, not_recovering): 1 for the current one",
             m.state.clone(),
         );
         r.register_with_unit(
@@ -255,6 +255,7 @@ impl Metrics {
         for st in [
             HealthState::Unknown,
             HealthState::Unjudged,
+            HealthState::Slow,
             HealthState::Healthy,
             HealthState::Suspect,
             HealthState::Degraded,

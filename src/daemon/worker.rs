@@ -392,16 +392,19 @@ fn sample(
     match sampler::sample_buckets(buckets, &opts) {
         Ok(sample) => {
             let id = drive_identity(cell);
-            if let Some(b) = sample.fresh.as_ref().and_then(|f| f.median_bps()) {
-                if let Err(e) = store.record_baseline(&id, b, now) {
-                    tracing::warn!("recording the drive's baseline: {e}");
-                }
-            }
             let fallbacks = policy::Fallbacks {
                 baseline_bps: store.baseline(&id).ok().flatten().map(|(b, _)| b),
                 expected_bps: s.expected_throughput.map(|e| e as f64),
             };
             let j = policy::judge_sample(&sample, th, fallbacks);
+            // A slow drive's canary is not what fresh data reads at on it.
+            if let Some(b) = sample.fresh.as_ref().and_then(|f| f.median_bps()) {
+                if j.slow.is_none() {
+                    if let Err(e) = store.record_baseline(&id, b, now) {
+                        tracing::warn!("recording the drive's baseline: {e}");
+                    }
+                }
+            }
             shared.metrics.sampled(&cell.label, &sample, now);
             let mut st = cell.lock();
             let was = st.health.state;
@@ -409,6 +412,12 @@ fn sample(
                 Some(partial) => st.health.verified(&j, partial),
                 None => st.health.observe(&j),
             };
+            if state != was && state == HealthState::Slow {
+                tracing::warn!(
+                    "every byte of the drive is slow; not refreshing: {}",
+                    j.slow.as_deref().unwrap_or("")
+                );
+            }
             if state != was && (state == HealthState::Unjudged || was == HealthState::Unjudged) {
                 match &j.unjudged {
                     Some(why) => tracing::warn!("cannot judge the drive: {why}"),

@@ -16,6 +16,7 @@ fn j(score: f64) -> Judgement {
         reasons: vec![],
         reference: None,
         unjudged: None,
+        slow: None,
     }
 }
 
@@ -211,19 +212,17 @@ fn plan_skips_recent_refreshes_and_respects_the_budget() {
     assert_eq!((p.skipped_recent, p.deferred_budget, p.bytes), (1, 1, 25));
 }
 
-mod references {
-    use super::*;
-    use crate::policy::{judge_sample, Fallbacks, Reference};
+mod references_support {
     use crate::sampler::{BucketSample, DriveSample, Measurement};
 
-    fn measured(bps: f64) -> Measurement {
+    pub fn measured(bps: f64) -> Measurement {
         Measurement {
             throughput: crate::sampler::Percentiles::of(&[bps, bps, bps, bps]),
             ..Measurement::default()
         }
     }
 
-    fn sample(stale: f64, canary: Option<f64>, fresh_bucket: Option<f64>) -> DriveSample {
+    pub fn sample(stale: f64, canary: Option<f64>, fresh_bucket: Option<f64>) -> DriveSample {
         let mut buckets = vec![];
         if let Some(f) = fresh_bucket {
             buckets.push(BucketSample {
@@ -247,6 +246,12 @@ mod references {
             seconds: 0.0,
         }
     }
+}
+
+mod references {
+    use super::references_support::*;
+    use super::*;
+    use crate::policy::{judge_sample, Fallbacks, Reference};
 
     const RATIO: Thresholds = Thresholds {
         min_throughput: 1 << 20,
@@ -297,5 +302,45 @@ mod references {
         };
         let j = judge_sample(&sample(34e6, None, None), floor_only, Fallbacks::default());
         assert_eq!(j.unjudged, None);
+    }
+}
+
+mod slow_drives {
+    use super::references_support::*;
+    use super::*;
+    use crate::policy::{judge_sample, Fallbacks};
+
+    #[test]
+    fn every_byte_slow_is_slow_never_refreshed() {
+        // A link at 20 MB/s: the canary reads like the old data.
+        let j = judge_sample(&sample(19e6, Some(20e6), None), TH, Fallbacks::default());
+        let why = j.slow.clone().unwrap_or_default();
+        assert!(why.contains("as slowly as old data"), "{why}");
+        let mut h = Health::default();
+        for _ in 0..20 {
+            assert_eq!(h.observe(&j), HealthState::Slow);
+            assert!(!h.wants_refresh());
+        }
+    }
+
+    #[test]
+    fn far_below_the_baseline_is_slow_even_above_the_floor() {
+        let fb = Fallbacks {
+            baseline_bps: Some(500e6),
+            expected_bps: None,
+        };
+        let floor_low = Thresholds {
+            min_throughput: 1 << 20,
+            min_ratio: 0.5,
+        };
+        let j = judge_sample(&sample(140e6, Some(150e6), None), floor_low, fb);
+        assert!(j.slow.is_some(), "150 MB/s fresh vs a 500 MB/s baseline");
+    }
+
+    #[test]
+    fn old_data_slower_than_fresh_is_age_not_slowness() {
+        let j = judge_sample(&sample(34e6, Some(230e6), None), TH, Fallbacks::default());
+        assert_eq!(j.slow, None);
+        assert!(j.below(), "degraded material");
     }
 }

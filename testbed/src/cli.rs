@@ -181,6 +181,11 @@ pub fn fault(dir: &Path, offset: u64, len: u64, write: bool) -> Result<()> {
     control::request(dir, &req).map(|_| ())
 }
 
+/// Caps the drive's link (0 lifts the cap).
+pub fn link_cap(dir: &Path, bytes_per_sec: u64) -> Result<()> {
+    control::request(dir, &Request::LinkCap { bytes_per_sec }).map(|_| ())
+}
+
 pub fn stats(dir: &Path) -> Result<Stats> {
     match control::request(dir, &Request::Stats)? {
         Response::Stats(s) => Ok(*s),

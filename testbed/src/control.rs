@@ -27,6 +27,10 @@ pub enum Request {
         write: bool,
     },
     Stats,
+    /// Caps the link (all reads and writes) at this many bytes/s; 0 lifts it.
+    LinkCap {
+        bytes_per_sec: u64,
+    },
     Shutdown,
 }
 
@@ -87,6 +91,10 @@ fn handle(state: &DiskState, stop: &StopFlag, line: &str) -> Response {
             state.size
         )),
         Ok(Request::Stats) => Response::Stats(Box::new(state.stats())),
+        Ok(Request::LinkCap { bytes_per_sec }) => {
+            state.set_link_cap(bytes_per_sec);
+            Response::Ok
+        }
         Ok(Request::Shutdown) => {
             stop.stop();
             Response::Ok

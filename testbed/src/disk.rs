@@ -104,6 +104,10 @@ pub struct DiskState {
     write_faults: RwLock<Vec<Range<u64>>>,
     faulty_writes: Mutex<Vec<(u64, u64)>>,
     counters: Counters,
+    /// The link's capacity, bytes/s (0: no cap), like a port negotiated
+    /// down: every transfer also passes through it, one after another.
+    link_cap: AtomicU64,
+    link_free_at: Mutex<Option<Instant>>,
 }
 
 impl DiskState {
@@ -132,6 +136,8 @@ impl DiskState {
             write_faults: RwLock::new(vec![]),
             faulty_writes: Mutex::new(vec![]),
             counters: Counters::default(),
+            link_cap: AtomicU64::new(0),
+            link_free_at: Mutex::new(None),
         }
     }
 
@@ -219,7 +225,7 @@ impl DiskState {
         let ages = Self::block_range(&r).map(|i| self.block_age(i));
         let service = self.model.read_time(end - offset, ages, self.channels);
         let mut buf = vec![0u8; (end - offset) as usize];
-        self.serve(service, || {
+        self.serve(service, end - offset, || {
             self.backing
                 .read_exact_at(&mut buf, offset)
                 .map_err(|_| Errno::EIO)
@@ -248,7 +254,7 @@ impl DiskState {
                 .push((offset, data.len() as u64));
         }
         let service = self.model.write_time(data.len() as u64, self.channels);
-        self.serve(service, || {
+        self.serve(service, data.len() as u64, || {
             self.backing
                 .write_all_at(data, offset)
                 .map_err(|_| Errno::EIO)
@@ -286,17 +292,44 @@ impl DiskState {
 
     /// Holds one channel for `service`: waits for a free channel, does the
     /// real I/O, then sleeps for the rest of the modelled time.
+    /// Caps the link at `bytes_per_sec` (0 removes the cap).
+    pub fn set_link_cap(&self, bytes_per_sec: u64) {
+        self.link_cap.store(bytes_per_sec, Ordering::SeqCst);
+    }
+
+    /// When a transfer of `len` bytes is through the link, if capped.
+    fn link_slot(&self, len: u64) -> Option<Instant> {
+        let cap = self.link_cap.load(Ordering::SeqCst);
+        if cap == 0 {
+            return None;
+        }
+        let mut free = self.link_free_at.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let start = free.filter(|t| *t > now).unwrap_or(now);
+        let done = start + Duration::from_secs_f64(len as f64 / cap as f64);
+        *free = Some(done);
+        Some(done)
+    }
+
     fn serve<T>(
         &self,
         service: Duration,
+        len: u64,
         io: impl FnOnce() -> Result<T, Errno>,
     ) -> Result<T, Errno> {
         self.chans.acquire();
         let t0 = Instant::now();
+        let link_done = self.link_slot(len);
         let result = io();
         let spent = t0.elapsed();
         if service > spent {
             std::thread::sleep(service - spent);
+        }
+        if let Some(done) = link_done {
+            let now = Instant::now();
+            if done > now {
+                std::thread::sleep(done - now);
+            }
         }
         self.chans.release();
         result
@@ -625,6 +658,25 @@ mod tests {
         s.write(8200, &[1u8; 10]).unwrap();
         assert_eq!(s.stats().faulty_writes, vec![(8200, 10)]);
         assert_eq!(s.stats().read_errors, 1);
+    }
+
+    #[test]
+    fn a_capped_link_caps_reads_and_writes() {
+        let (_f, s) = state(None);
+        s.write(0, &[1u8; 1 << 20]).unwrap();
+        s.set_link_cap(10 << 20); // 10 MiB/s: 1 MiB takes 100 ms
+        let t = Instant::now();
+        s.read(0, 1 << 20).unwrap();
+        s.write(0, &[2u8; 1 << 20]).unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(190),
+            "{:?}",
+            t.elapsed()
+        );
+        s.set_link_cap(0);
+        let t = Instant::now();
+        s.read(0, 1 << 20).unwrap();
+        assert!(t.elapsed() < Duration::from_millis(90), "uncapped again");
     }
 
     #[test]

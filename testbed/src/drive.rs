@@ -170,6 +170,12 @@ impl Drive {
         self.state.add_fault(offset, len);
     }
 
+    /// Caps the drive's link at `bytes_per_sec` (0 lifts it): every byte
+    /// is slow, fresh or old, like a port negotiated down.
+    pub fn link_cap(&self, bytes_per_sec: u64) {
+        self.state.set_link_cap(bytes_per_sec);
+    }
+
     /// Writes touching the device range fail with EIO.
     pub fn write_fault(&self, offset: u64, len: u64) {
         self.state.add_write_fault(offset, len);

@@ -73,6 +73,15 @@ enum Cmd {
         #[arg(long, num_args = 2, value_names = ["OFFSET", "LEN"])]
         write_eio: Option<Vec<String>>,
     },
+    /// Caps the link like a port negotiated down (all reads and writes);
+    /// `--cap 0` lifts it.
+    Link {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Bytes per second, e.g. 20MB/s or 20000000; 0 lifts the cap.
+        #[arg(long)]
+        cap: String,
+    },
     /// Reads, writes, age histogram, faulty ranges and writes into them.
     Stats {
         #[arg(long)]
@@ -207,6 +216,7 @@ fn run(cmd: Cmd) -> Result<()> {
             };
             cli::fault(&dir, parse_size(&range[0])?, parse_size(&range[1])?, write)
         }
+        Cmd::Link { dir, cap } => cli::link_cap(&dir, parse_size(cap.trim_end_matches("/s"))?),
         Cmd::Stats { dir, json } => {
             let s = cli::stats(&dir)?;
             if json {
