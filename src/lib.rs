@@ -20,6 +20,7 @@ compile_error!("refreshd supports 64-bit Linux only");
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod diagnose;
 pub mod drive;
 pub mod engine;
 pub mod inventory;

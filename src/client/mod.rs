@@ -172,6 +172,9 @@ pub fn render_status(v: &Value) -> String {
         }
         if let Some(why) = d["last_sample"]["slow"].as_str() {
             out.push_str(&format!("{:<10} slow: {why}\n", ""));
+            for f in d["diagnosis"].as_array().into_iter().flatten() {
+                out.push_str(&format!("{:<10}   {}\n", "", f.as_str().unwrap_or("")));
+            }
         }
         if let Some(why) = d["last_sample"]["unjudged"].as_str() {
             out.push_str(&format!("{:<10} cannot judge: {why}\n", ""));

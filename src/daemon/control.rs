@@ -210,6 +210,7 @@ fn status(shared: &Shared) -> Value {
                 "device": c.label,
                 "state": st.health.state.name(),
                 "waiting": st.waiting,
+                "diagnosis": st.diagnosis,
                 "paused": c.paused.load(Ordering::Relaxed),
                 "files": st.files,
                 "stale_files": st.stale_files,

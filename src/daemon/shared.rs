@@ -156,6 +156,8 @@ pub struct DriveStatus {
     pub last_refresh: Option<i64>,
     pub last_scan: Option<i64>,
     pub error: Option<String>,
+    /// What the host can see about a slow drive (link, TRIM, model).
+    pub diagnosis: Vec<String>,
     /// What the last `refreshctl now` did, in one line.
     pub last_request: Option<String>,
     /// Why a wanted refresh is not running now: "budget" (the daily budget

@@ -412,11 +412,19 @@ fn sample(
                 Some(partial) => st.health.verified(&j, partial),
                 None => st.health.observe(&j),
             };
-            if state != was && state == HealthState::Slow {
+            if state == HealthState::Slow && was != HealthState::Slow {
+                st.diagnosis = cell
+                    .drives
+                    .iter()
+                    .flat_map(|d| crate::diagnose::diagnose(std::path::Path::new("/sys"), &d.name))
+                    .collect();
                 tracing::warn!(
+                    diagnosis = ?st.diagnosis,
                     "every byte of the drive is slow; not refreshing: {}",
                     j.slow.as_deref().unwrap_or("")
                 );
+            } else if state != HealthState::Slow {
+                st.diagnosis.clear();
             }
             if state != was && (state == HealthState::Unjudged || was == HealthState::Unjudged) {
                 match &j.unjudged {
