@@ -116,6 +116,22 @@ fn known_model(model: &str, firmware: Option<&str>) -> Option<String> {
     None
 }
 
+/// Writes since the drive's fresh-speed baseline was measured: heavy
+/// writes leave garbage collection behind, which TRIM (fstrim) helps and
+/// rewriting data does not.
+pub fn written_since(bytes: u64, secs: i64) -> String {
+    format!(
+        "{} written to the drive since its fresh speed was last measured ({} ago): if garbage \
+         collection is behind after heavy writes, fstrim (TRIM) helps, rewriting does not",
+        crate::units::format_size(bytes),
+        match secs.max(0) {
+            s if s < 3600 => format!("{} min", s / 60),
+            s if s < 2 * 86_400 => format!("{} h", s / 3600),
+            s => format!("{} days", s / 86_400),
+        }
+    )
+}
+
 /// Findings for the drive `name` (e.g. `sda`, `nvme0n1`) under `sys`.
 pub fn diagnose(sys: &Path, name: &str) -> Vec<String> {
     let mut out = vec![];

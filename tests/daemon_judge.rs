@@ -140,3 +140,44 @@ fn privileged_link_capped_drive_is_slow_and_never_rewritten() {
     assert!(s["last_refresh"].is_null());
     d.link_cap(0);
 }
+
+#[test]
+fn privileged_faded_drive_is_diagnosed_not_rewritten_and_trim_cures_it() {
+    if !privileged("privileged_faded_drive_is_diagnosed_not_rewritten_and_trim_cures_it") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = drive(tmp.path(), "840evo");
+    let tree = d.path("index");
+    stale_files(&tree, 2, 16, 701);
+    d.sync().unwrap();
+    let port = free_port();
+    let cfg = config(
+        tmp.path(),
+        &tree,
+        port,
+        "sample_interval = \"1s\"\nsample_bytes = \"16MiB\"\n",
+    );
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    daemon.wait_for("healthy with a baseline", 30, |dm| {
+        let s = dm.status();
+        s["state"] == "healthy" && s["last_sample"]["reference"] == "canary"
+    });
+    // Heavy writes: garbage collection falls behind, every request slows.
+    d.fade(32 << 20, 20);
+    write_file(&d.path("bulk"), &pattern(48 << 20, 702));
+    d.sync().unwrap();
+    daemon.wait_for("slow", 60, |dm| dm.status()["state"] == "slow");
+    let s = daemon.status();
+    let diagnosis = s["diagnosis"].to_string();
+    assert!(diagnosis.contains("written to the drive since"), "{s:#}");
+    assert!(diagnosis.contains("fstrim"), "{s:#}");
+    assert_eq!(refreshed_bytes(&daemon.metrics()), 0.0, "never rewritten");
+    // TRIM lets it catch up.
+    run(std::process::Command::new("fstrim").arg(d.path("")));
+    daemon.wait_for("healthy after fstrim", 60, |dm| {
+        dm.status()["state"] == "healthy"
+    });
+    assert_eq!(refreshed_bytes(&daemon.metrics()), 0.0);
+    d.fade(0, 1);
+}

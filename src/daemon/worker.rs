@@ -346,6 +346,18 @@ enum Source {
     Rewritten(Vec<FileRecord>, bool),
 }
 
+/// Bytes written to the drive's members so far (diskstats, since boot).
+fn written_bytes(cell: &DriveCell) -> Option<u64> {
+    cell.drives
+        .iter()
+        .map(|d| {
+            crate::drive::disk_stats(&d.name)
+                .ok()
+                .map(|s| s.write_bytes)
+        })
+        .sum()
+}
+
 /// The drive's identity for its baseline (the first member's: wwid, or
 /// model and serial).
 fn drive_identity(cell: &DriveCell) -> String {
@@ -398,13 +410,19 @@ fn sample(
             };
             let j = policy::judge_sample(&sample, th, fallbacks);
             // A slow drive's canary is not what fresh data reads at on it.
+            let written = written_bytes(cell);
             if let Some(b) = sample.fresh.as_ref().and_then(|f| f.median_bps()) {
                 if j.slow.is_none() {
-                    if let Err(e) = store.record_baseline(&id, b, now) {
+                    if let Err(e) = store.record_baseline(&id, b, now, written) {
                         tracing::warn!("recording the drive's baseline: {e}");
                     }
                 }
             }
+            let since_baseline = store
+                .baseline_written(&id)
+                .ok()
+                .flatten()
+                .and_then(|(_, at, w)| Some((at, written?.checked_sub(w?)?)));
             shared.metrics.sampled(&cell.label, &sample, now);
             let mut st = cell.lock();
             let was = st.health.state;
@@ -418,6 +436,10 @@ fn sample(
                     .iter()
                     .flat_map(|d| crate::diagnose::diagnose(std::path::Path::new("/sys"), &d.name))
                     .collect();
+                if let Some((at, bytes)) = since_baseline {
+                    st.diagnosis
+                        .push(crate::diagnose::written_since(bytes, now - at));
+                }
                 tracing::warn!(
                     diagnosis = ?st.diagnosis,
                     "every byte of the drive is slow; not refreshing: {}",

@@ -151,7 +151,8 @@ impl Store {
              CREATE TABLE IF NOT EXISTS baselines (
                  drive TEXT PRIMARY KEY,
                  fresh_bps REAL NOT NULL,
-                 at INTEGER NOT NULL
+                 at INTEGER NOT NULL,
+                 written INTEGER
              );
              CREATE TABLE IF NOT EXISTS checkpoints (
                  dev INTEGER NOT NULL,
@@ -560,27 +561,46 @@ impl Store {
     /// wwid, or model and serial: it survives renames and reboots), and
     /// when that was measured.
     pub fn baseline(&self, drive: &str) -> Result<Option<(f64, i64)>, StoreError> {
+        Ok(self.baseline_written(drive)?.map(|(b, at, _)| (b, at)))
+    }
+
+    /// [`Store::baseline`], with the drive's cumulative bytes written
+    /// (diskstats) when it was measured.
+    pub fn baseline_written(
+        &self,
+        drive: &str,
+    ) -> Result<Option<(f64, i64, Option<u64>)>, StoreError> {
         self.db(self
             .conn
             .query_row(
-                "SELECT fresh_bps, at FROM baselines WHERE drive = ?1",
+                "SELECT fresh_bps, at, written FROM baselines WHERE drive = ?1",
                 [drive],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| {
+                    let w: Option<i64> = r.get(2)?;
+                    Ok((r.get(0)?, r.get(1)?, w.map(|w| w as u64)))
+                },
             )
             .optional())
     }
 
     /// Records a fresh-data measurement: smoothed with the one before (a
     /// single busy round does not move the baseline far).
-    pub fn record_baseline(&self, drive: &str, fresh_bps: f64, at: i64) -> Result<(), StoreError> {
+    pub fn record_baseline(
+        &self,
+        drive: &str,
+        fresh_bps: f64,
+        at: i64,
+        written: Option<u64>,
+    ) -> Result<(), StoreError> {
         let next = match self.baseline(drive)? {
             Some((old, _)) => 0.7 * old + 0.3 * fresh_bps,
             None => fresh_bps,
         };
         self.db(self.conn.execute(
-            "INSERT INTO baselines (drive, fresh_bps, at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (drive) DO UPDATE SET fresh_bps = excluded.fresh_bps, at = excluded.at",
-            params![drive, next, at],
+            "INSERT INTO baselines (drive, fresh_bps, at, written) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (drive) DO UPDATE SET fresh_bps = excluded.fresh_bps, at = excluded.at,
+                 written = excluded.written",
+            params![drive, next, at, written.map(|w| w as i64)],
         ))?;
         Ok(())
     }

@@ -181,6 +181,18 @@ pub fn fault(dir: &Path, offset: u64, len: u64, write: bool) -> Result<()> {
     control::request(dir, &req).map(|_| ())
 }
 
+/// Turns write-path fade on (or off with `after_bytes` 0).
+pub fn fade(dir: &Path, after_bytes: u64, factor: u64) -> Result<()> {
+    control::request(
+        dir,
+        &Request::Fade {
+            after_bytes,
+            factor,
+        },
+    )
+    .map(|_| ())
+}
+
 /// Caps the drive's link (0 lifts the cap).
 pub fn link_cap(dir: &Path, bytes_per_sec: u64) -> Result<()> {
     control::request(dir, &Request::LinkCap { bytes_per_sec }).map(|_| ())

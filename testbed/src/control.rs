@@ -31,6 +31,12 @@ pub enum Request {
     LinkCap {
         bytes_per_sec: u64,
     },
+    /// Write-path fade: after `after_bytes` written since the last
+    /// discard, requests are `factor` times slower; `after_bytes` 0: off.
+    Fade {
+        after_bytes: u64,
+        factor: u64,
+    },
     Shutdown,
 }
 
@@ -91,6 +97,13 @@ fn handle(state: &DiskState, stop: &StopFlag, line: &str) -> Response {
             state.size
         )),
         Ok(Request::Stats) => Response::Stats(Box::new(state.stats())),
+        Ok(Request::Fade {
+            after_bytes,
+            factor,
+        }) => {
+            state.set_fade(after_bytes, factor);
+            Response::Ok
+        }
         Ok(Request::LinkCap { bytes_per_sec }) => {
             state.set_link_cap(bytes_per_sec);
             Response::Ok

@@ -108,6 +108,12 @@ pub struct DiskState {
     /// down: every transfer also passes through it, one after another.
     link_cap: AtomicU64,
     link_free_at: Mutex<Option<Instant>>,
+    /// Write-path fade ("SSD fade"): after `fade_after` bytes written
+    /// since the last discard, every request is `fade_factor` times slower
+    /// (garbage collection behind), until a discard (TRIM). 0: off.
+    fade_after: AtomicU64,
+    fade_factor: AtomicU64,
+    written_since_discard: AtomicU64,
 }
 
 impl DiskState {
@@ -138,6 +144,9 @@ impl DiskState {
             counters: Counters::default(),
             link_cap: AtomicU64::new(0),
             link_free_at: Mutex::new(None),
+            fade_after: AtomicU64::new(0),
+            fade_factor: AtomicU64::new(1),
+            written_since_discard: AtomicU64::new(0),
         }
     }
 
@@ -260,6 +269,8 @@ impl DiskState {
                 .map_err(|_| Errno::EIO)
         })?;
         self.stamp(&r, (self.now_months() as f32).to_bits());
+        self.written_since_discard
+            .fetch_add(data.len() as u64, Ordering::SeqCst);
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
         self.counters
             .write_bytes
@@ -283,6 +294,8 @@ impl DiskState {
             self.stamp(&whole, NEVER);
         }
         self.counters.discards.fetch_add(1, Ordering::Relaxed);
+        // TRIM lets garbage collection catch up: the fade is gone.
+        self.written_since_discard.store(0, Ordering::SeqCst);
         Ok(())
     }
 
@@ -295,6 +308,23 @@ impl DiskState {
     /// Caps the link at `bytes_per_sec` (0 removes the cap).
     pub fn set_link_cap(&self, bytes_per_sec: u64) {
         self.link_cap.store(bytes_per_sec, Ordering::SeqCst);
+    }
+
+    /// Turns write-path fade on (`after_bytes` > 0) or off (0).
+    pub fn set_fade(&self, after_bytes: u64, factor: u64) {
+        self.fade_after.store(after_bytes, Ordering::SeqCst);
+        self.fade_factor.store(factor.max(1), Ordering::SeqCst);
+    }
+
+    /// The service time with fade applied, if the drive has faded.
+    fn faded(&self, service: Duration) -> Duration {
+        let after = self.fade_after.load(Ordering::SeqCst);
+        if after > 0 && self.written_since_discard.load(Ordering::SeqCst) >= after {
+            let f = self.fade_factor.load(Ordering::SeqCst);
+            service.saturating_mul(u32::try_from(f).unwrap_or(u32::MAX))
+        } else {
+            service
+        }
     }
 
     /// When a transfer of `len` bytes is through the link, if capped.
@@ -317,6 +347,7 @@ impl DiskState {
         len: u64,
         io: impl FnOnce() -> Result<T, Errno>,
     ) -> Result<T, Errno> {
+        let service = self.faded(service);
         self.chans.acquire();
         let t0 = Instant::now();
         let link_done = self.link_slot(len);
@@ -677,6 +708,26 @@ mod tests {
         let t = Instant::now();
         s.read(0, 1 << 20).unwrap();
         assert!(t.elapsed() < Duration::from_millis(90), "uncapped again");
+    }
+
+    #[test]
+    fn heavy_writes_fade_every_request_until_a_discard() {
+        let (_f, s) = state(None);
+        s.set_fade(256 << 10, 20);
+        let fresh = {
+            let t = Instant::now();
+            s.read(0, 256 << 10).unwrap();
+            t.elapsed()
+        };
+        s.write(0, &[3u8; 512 << 10]).unwrap();
+        let t = Instant::now();
+        s.read(0, 256 << 10).unwrap();
+        let faded = t.elapsed();
+        assert!(faded > fresh * 5, "faded {faded:?} vs {fresh:?}");
+        s.discard(768 << 10, 64 << 10).unwrap();
+        let t = Instant::now();
+        s.read(0, 256 << 10).unwrap();
+        assert!(t.elapsed() < faded / 3, "TRIM cured it");
     }
 
     #[test]

@@ -176,6 +176,12 @@ impl Drive {
         self.state.set_link_cap(bytes_per_sec);
     }
 
+    /// Write-path fade: after `after_bytes` written since the last
+    /// discard, every request is `factor` times slower (0 turns it off).
+    pub fn fade(&self, after_bytes: u64, factor: u64) {
+        self.state.set_fade(after_bytes, factor);
+    }
+
     /// Writes touching the device range fail with EIO.
     pub fn write_fault(&self, offset: u64, len: u64) {
         self.state.add_write_fault(offset, len);

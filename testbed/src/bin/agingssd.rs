@@ -82,6 +82,17 @@ enum Cmd {
         #[arg(long)]
         cap: String,
     },
+    /// Write-path fade ("SSD fade"): after AFTER bytes written since the
+    /// last discard every request is FACTOR times slower, until a discard
+    /// (fstrim). `--after 0` turns it off.
+    Fade {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        after: String,
+        #[arg(long, default_value_t = 10)]
+        factor: u64,
+    },
     /// Reads, writes, age histogram, faulty ranges and writes into them.
     Stats {
         #[arg(long)]
@@ -217,6 +228,7 @@ fn run(cmd: Cmd) -> Result<()> {
             cli::fault(&dir, parse_size(&range[0])?, parse_size(&range[1])?, write)
         }
         Cmd::Link { dir, cap } => cli::link_cap(&dir, parse_size(cap.trim_end_matches("/s"))?),
+        Cmd::Fade { dir, after, factor } => cli::fade(&dir, parse_size(&after)?, factor),
         Cmd::Stats { dir, json } => {
             let s = cli::stats(&dir)?;
             if json {
