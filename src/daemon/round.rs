@@ -43,15 +43,7 @@ fn plan(
     only: Option<&Path>,
 ) -> (Plan, Vec<FileRecord>) {
     let now = inventory::now_secs();
-    let day = now.div_euclid(86_400);
-    let budget_left = s.daily_budget.map(|b| {
-        let st = cell.lock();
-        if st.today.0 == day {
-            b.saturating_sub(st.today.1)
-        } else {
-            b
-        }
-    });
+    let budget_left = cell.lock().today.left(now, s.daily_budget);
     // Streamed: only stale files (the plan's candidates) are kept.
     let mut candidates = vec![];
     for root in &cell.roots {
@@ -277,13 +269,10 @@ impl Round<'_> {
                 let _ = store.clear_checkpoint(rec.dev, rec.ino);
                 let generation = super::worker::generation_of(rec);
                 let _ = store.mark_refreshed(rec.dev, rec.ino, inventory::now_secs(), generation);
-                let day = inventory::now_secs().div_euclid(86_400);
-                let mut st = self.cell.lock();
-                if st.today.0 != day {
-                    st.today = (day, 0);
-                }
-                st.today.1 += report.bytes_refreshed;
-                drop(st);
+                self.cell
+                    .lock()
+                    .today
+                    .spend(inventory::now_secs(), report.bytes_refreshed);
                 self.refreshed.push(rec.clone());
                 tracing::info!(path = %rec.path.display(), bytes = report.bytes_refreshed, strategy = report.strategy, "refreshed");
             }

@@ -168,9 +168,43 @@ pub struct DriveStatus {
     pub completed: u64,
     #[serde(skip)]
     pub pending: Option<NowRequest>,
-    /// Bytes refreshed today (UTC day number, bytes).
+    /// Bytes refreshed today, against `daily_budget`.
     #[serde(skip)]
-    pub today: (i64, u64),
+    pub today: DailyBudget,
+}
+
+/// Bytes refreshed per UTC day. Time is passed in (seconds since the
+/// epoch), so the rollover is tested without waiting for midnight.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DailyBudget {
+    day: i64,
+    spent: u64,
+}
+
+impl DailyBudget {
+    fn day_of(now: i64) -> i64 {
+        now.div_euclid(86_400)
+    }
+
+    /// Bytes that may still be refreshed at `now` under `daily` (`None`:
+    /// unlimited).
+    pub fn left(&self, now: i64, daily: Option<u64>) -> Option<u64> {
+        let spent = if Self::day_of(now) == self.day {
+            self.spent
+        } else {
+            0
+        };
+        daily.map(|b| b.saturating_sub(spent))
+    }
+
+    /// Counts `bytes` refreshed at `now`.
+    pub fn spend(&mut self, now: i64, bytes: u64) {
+        let day = Self::day_of(now);
+        if day != self.day {
+            *self = DailyBudget { day, spent: 0 };
+        }
+        self.spent += bytes;
+    }
 }
 
 /// A drive and its trees.
@@ -261,6 +295,20 @@ impl Drop for Permit<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_daily_budget_is_spent_within_a_day_and_renewed_the_next() {
+        let mut b = DailyBudget::default();
+        let day = 20_000 * 86_400; // some midnight, UTC
+        assert_eq!(b.left(day + 10, Some(100)), Some(100));
+        b.spend(day + 10, 60);
+        b.spend(day + 3600, 40);
+        assert_eq!(b.left(day + 86_399, Some(100)), Some(0), "spent today");
+        assert_eq!(b.left(day + 86_400, Some(100)), Some(100), "a new day");
+        b.spend(day + 86_400 + 5, 30);
+        assert_eq!(b.left(day + 86_400 + 6, Some(100)), Some(70));
+        assert_eq!(b.left(day, None), None, "no budget: unlimited");
+    }
 
     #[test]
     fn permits_bound_active_drives_and_come_back_on_drop() {
