@@ -9,6 +9,7 @@
 //!   - link-capped: fresh data behind a 20 MB/s link: 20 rounds, how many
 //!     say degraded (false positives: a rewrite cannot help) and how many
 //!     say slow.
+//!
 //! Each round reads `REFRESHD_BENCH_SAMPLE_MIB` (default 32) MiB.
 //!
 //! `cargo bench --bench detect` (root and /dev/fuse needed).
