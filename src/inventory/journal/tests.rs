@@ -124,6 +124,17 @@ fn setup() -> (tempfile::TempDir, Journal, PathBuf, Record) {
     (tmp, j, path, rec)
 }
 
+/// Another process writes to the file; returns the mtime it left.
+fn another_process_writes(path: &Path) -> (i64, i64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .write_all_at(b"theirs", 100)
+        .unwrap();
+    mtime(path)
+}
+
 fn mtime(path: &Path) -> (i64, i64) {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).unwrap();
@@ -146,13 +157,7 @@ fn a_write_by_someone_else_after_the_kill_is_kept() {
     let (_tmp, j, path, rec) = setup();
     drop(rec);
     std::thread::sleep(Duration::from_millis(20));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .write_all_at(b"theirs", 100)
-        .unwrap();
-    let theirs = mtime(&path);
+    let theirs = another_process_writes(&path);
     let r = recover(&j).unwrap();
     assert!(matches!(r[0].outcome, RecoveryOutcome::Left(_)), "{r:?}");
     assert_eq!(mtime(&path), theirs, "the writer's mtime stays");
@@ -164,13 +169,7 @@ fn guard_off_restoring_without_the_exact_match_hides_a_writers_change() {
     let (_tmp, j, path, rec) = setup();
     drop(rec);
     std::thread::sleep(Duration::from_millis(20));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .write_all_at(b"theirs", 100)
-        .unwrap();
-    let theirs = mtime(&path);
+    let theirs = another_process_writes(&path);
     test_switch::set_restore_always(true);
     let r = recover(&j).unwrap();
     test_switch::set_restore_always(false);
