@@ -197,3 +197,58 @@ fn privileged_spent_daily_budget_is_degraded_budget_never_not_recovering() {
     assert!(text.contains("degraded (budget)"), "{text}");
     assert!(!daemon.log().contains("not_recovering"), "{}", daemon.log());
 }
+
+/// The rest of a budget-cut plan is refreshed when the budget renews: the
+/// daemon runs under libfaketime, starting 25 s before a UTC midnight (the
+/// monotonic clock stays real), with a budget of two of its four files.
+#[test]
+fn privileged_budget_cut_plan_continues_the_next_utc_day() {
+    if !privileged("privileged_budget_cut_plan_continues_the_next_utc_day") {
+        return;
+    }
+    let preload = std::fs::read_dir("/usr/lib")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("faketime/libfaketimeMT.so.1"))
+        .find(|p| p.exists())
+        .expect("libfaketime (Debian package faketime) is needed");
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = drive(tmp.path(), "840evo");
+    let tree = d.path("index");
+    stale_files(&tree, 4, 16, 801);
+    d.sync().unwrap();
+    d.age(6.0);
+    d.sync().unwrap();
+    let today = String::from_utf8(
+        std::process::Command::new("date")
+            .args(["-u", "+%Y-%m-%d"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let start = format!("@{} 23:59:35", today.trim());
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, "daily_budget = \"40MiB\"\n");
+    let daemon = Daemon::start_with(
+        tmp.path(),
+        &cfg,
+        port,
+        &[
+            ("LD_PRELOAD", preload.to_str().unwrap()),
+            ("FAKETIME", &start),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ("TZ", "UTC"),
+        ],
+    );
+    let refreshed = |dm: &Daemon| refreshed_bytes(&dm.metrics()) as u64;
+    daemon.wait_for("two files, then the budget", 20, |dm| {
+        dm.status()["waiting"] == "budget" && refreshed(dm) == 32 << 20
+    });
+    assert_eq!(daemon.status()["state"], "degraded");
+    // Past midnight the budget renews: the other two, then verified.
+    daemon.wait_for("the rest, the next day", 90, |dm| {
+        refreshed(dm) == 64 << 20 && dm.status()["state"] == "healthy"
+    });
+    assert!(!daemon.log().contains("not_recovering"), "{}", daemon.log());
+}
