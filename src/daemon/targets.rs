@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags};
 
-use crate::engine::guard::{Identity, Target};
+use crate::engine::guard::Target;
 use crate::inventory::FileRecord;
 
 /// The configured roots of one drive, open.
@@ -58,23 +58,12 @@ impl Roots {
             rel: rel.to_path_buf(),
             display: rec.path.clone(),
             root_dev: Some(*dev),
-            expect: Some(identity(rec)),
+            expect: Some(rec.identity()),
         })
     }
 
     pub fn roots(&self) -> impl Iterator<Item = &Path> {
         self.open.iter().map(|(r, _, _)| r.as_path())
-    }
-}
-
-/// The inventory's identity of a file.
-pub fn identity(rec: &FileRecord) -> Identity {
-    Identity {
-        dev: rec.dev,
-        ino: rec.ino,
-        // 0: the filesystem reported no birth time at scan.
-        btime_ns: (rec.btime_ns != 0).then_some(rec.btime_ns),
-        generation: rec.generation,
     }
 }
 

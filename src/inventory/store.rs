@@ -58,6 +58,17 @@ impl FileRecord {
         self.last_refresh.map_or(m, |r| r.max(m))
     }
 
+    /// Who the file is, as the inventory knows it (a btime of 0 means the
+    /// filesystem reported none).
+    pub fn identity(&self) -> crate::engine::guard::Identity {
+        crate::engine::guard::Identity {
+            dev: self.dev,
+            ino: self.ino,
+            btime_ns: (self.btime_ns != 0).then_some(self.btime_ns),
+            generation: self.generation,
+        }
+    }
+
     /// Age of its data at `now` (seconds since the epoch), never negative.
     pub fn data_age(&self, now: i64) -> Duration {
         Duration::from_secs(u64::try_from(now - self.data_written()).unwrap_or(0))

@@ -198,7 +198,7 @@ fn open_direct(f: &FileRecord) -> io::Result<OwnedFd> {
             .then(|| st.stx_btime.tv_sec * 1_000_000_000 + i64::from(st.stx_btime.tv_nsec)),
         generation: None,
     };
-    if !crate::daemon::targets::identity(f).matches(&found) {
+    if !f.identity().matches(&found) {
         return Err(io::Error::other("replaced since the scan"));
     }
     let proc = format!(
