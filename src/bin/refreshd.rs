@@ -133,7 +133,20 @@ struct RefreshArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    refreshd::init_logging(if cli.quiet { -1 } else { cli.verbose as i8 });
+    // The daemon logs what it does at `info` by default (start, state
+    // changes, each file's outcome: one escaped line each, for the
+    // journal); the one-shot commands print their own lines and log only
+    // warnings unless asked.
+    let base: i8 = if matches!(cli.command, Command::Run { .. }) {
+        1
+    } else {
+        0
+    };
+    refreshd::init_logging(if cli.quiet {
+        -1
+    } else {
+        base + cli.verbose as i8
+    });
     let code = match cli.command {
         Command::Survey(a) => survey(a),
         Command::Run { config } => match refreshd::daemon::run_file(&config) {

@@ -213,6 +213,36 @@ impl Metrics {
         s
     }
 
+    /// Creates every series a drive has, counters at 0.
+    pub fn init_drive(&self, device: &str) {
+        let dev = Dev {
+            device: device.into(),
+        };
+        self.set_state(device, HealthState::Unknown);
+        self.stale_bytes.get_or_create(&dev).set(0);
+        self.in_progress.get_or_create(&dev).set(0);
+        self.refreshed_bytes.get_or_create(&dev).inc_by(0);
+        self.read_errors.get_or_create(&dev).inc_by(0);
+        self.lease_exposed.get_or_create(&dev).inc_by(0);
+        for outcome in ["refreshed", "interrupted", "failed"] {
+            self.files
+                .get_or_create(&DevOutcome {
+                    device: device.into(),
+                    outcome: outcome.into(),
+                    reason: String::new(),
+                })
+                .inc_by(0);
+        }
+    }
+
+    pub fn set_stale_bytes(&self, device: &str, bytes: u64) {
+        self.stale_bytes
+            .get_or_create(&Dev {
+                device: device.into(),
+            })
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
     /// Counts one file's refresh: outcome and reason, bytes, read errors,
     /// writes exposed by a revoked lease.
     pub fn record_report(&self, device: &str, report: &FileReport) {

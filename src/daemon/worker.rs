@@ -97,6 +97,9 @@ fn next_utc_day() -> Instant {
 pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
     let span = tracing::info_span!("drive", device = %cell.label);
     let _e = span.enter();
+    // Every series of the drive from the first scrape (counters at 0), so
+    // that increase() alerts see the first event.
+    shared.metrics.init_drive(&cell.label);
     let Some(mut store) = open_store(&shared, &cell) else {
         return; // stopping
     };
@@ -153,6 +156,8 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                     l.req.rescanned = true;
                 }
                 scan(&mut store, &cell, &s);
+                let stale = cell.lock().stale_bytes;
+                shared.metrics.set_stale_bytes(&cell.label, stale);
                 l.next_scan = Instant::now() + s.scan_interval;
             }
             Step::Sample { verify } => {

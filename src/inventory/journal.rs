@@ -294,13 +294,13 @@ pub fn recover(journal: &Journal) -> io::Result<Vec<Recovered>> {
         }
         match &outcome {
             RecoveryOutcome::Restored => {
-                tracing::info!(path = %path.display(), "restored the atime and mtime an interrupted refresh had moved")
+                tracing::info!(path = ?path, "restored the atime and mtime an interrupted refresh had moved")
             }
             RecoveryOutcome::Left(why) => {
-                tracing::warn!(path = %path.display(), "interrupted refresh: mtime left as it is: {why}")
+                tracing::warn!(path = ?path, "interrupted refresh: mtime left as it is: {why}")
             }
             RecoveryOutcome::Deferred(why) => {
-                tracing::info!(path = %path.display(), "interrupted refresh: recovery deferred: {why}")
+                tracing::info!(path = ?path, "interrupted refresh: recovery deferred: {why}")
             }
         }
         out.push(Recovered { path, outcome });

@@ -105,12 +105,25 @@ impl Store {
             path: state_dir.into(),
             source,
         })?;
+        // Private, whoever starts the daemon: paths and identities of files.
+        use std::os::unix::fs::PermissionsExt;
+        let private = |p: &Path, mode: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).map_err(|source| {
+                StoreError::Io {
+                    path: p.into(),
+                    source,
+                }
+            })
+        };
+        private(state_dir, 0o700)?;
         let path = state_dir.join("state.db");
         let conn = Connection::open(&path).map_err(|source| StoreError::Db {
             path: path.clone(),
             source,
         })?;
-        Store::init(conn, path)
+        let store = Store::init(conn, path.clone())?;
+        private(&path, 0o600)?;
+        Ok(store)
     }
 
     /// A private in-memory database (one-shot commands, tests).
