@@ -109,6 +109,8 @@ pub fn run(opts: &SurveyOptions) -> Result<Vec<DriveReport>, SurveyError> {
         let judgement =
             policy::judge_sample(&sample, opts.thresholds, policy::Fallbacks::default());
         let verdict = match judgement.score {
+            None if judgement.slow.is_some() => "slow",
+            None if judgement.unjudged.is_some() => "unjudged",
             None => "unknown",
             Some(_) if judgement.below() => "degraded",
             Some(_) => "healthy",
@@ -231,7 +233,9 @@ pub fn render(reports: &[DriveReport], opts: &SurveyOptions) -> String {
             j.ratio
                 .map_or(String::new(), |x| format!(" = {x:.2} x fresh")),
         );
-        let why = if j.reasons.is_empty() {
+        let why = if let Some(w) = j.slow.as_ref().or(j.unjudged.as_ref()) {
+            w.clone()
+        } else if j.reasons.is_empty() {
             match j.score {
                 None => "no stale data to measure".to_string(),
                 Some(_) => format!(

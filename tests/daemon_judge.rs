@@ -181,3 +181,29 @@ fn privileged_faded_drive_is_diagnosed_not_rewritten_and_trim_cures_it() {
     assert_eq!(refreshed_bytes(&daemon.metrics()), 0.0);
     d.fade(0, 1);
 }
+
+#[test]
+fn privileged_survey_says_slow_with_the_reason() {
+    if !privileged("privileged_survey_says_slow_with_the_reason") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = drive(tmp.path(), "840evo");
+    let tree = d.path("index");
+    stale_files(&tree, 2, 16, 901);
+    d.sync().unwrap();
+    d.link_cap(20_000_000);
+    let out = run(refreshd()
+        .args(["survey", "--sample-bytes", "16MiB", "--min-free", "32MiB"])
+        .arg(&tree));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("verdict: slow (fresh data reads as slowly as old data"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("plan:"),
+        "nothing planned for a slow drive: {text}"
+    );
+    d.link_cap(0);
+}
