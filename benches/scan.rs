@@ -34,8 +34,13 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// A `/proc/self/status` field in KiB.
 fn status_kib(field: &str) -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    kib_in("/proc/self/status", field)
+}
+
+fn kib_in(status: &str, field: &str) -> u64 {
+    let s = std::fs::read_to_string(status).unwrap_or_default();
     s.lines()
         .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
@@ -138,12 +143,7 @@ fn run_ok(cmd: &mut Command) -> String {
 }
 
 fn kib_of(pid: u32, field: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    kib_in(&format!("/proc/{pid}/status"), field)
 }
 
 /// Runs `refreshd run` on `tree` until its first scan counted `want`

@@ -267,8 +267,8 @@ impl Round<'_> {
         match &report.outcome {
             Outcome::Refreshed => {
                 let _ = store.clear_checkpoint(rec.dev, rec.ino);
-                let generation = super::worker::generation_of(rec);
-                let _ = store.mark_refreshed(rec.dev, rec.ino, inventory::now_secs(), generation);
+                let now = inventory::now_secs();
+                let _ = store.mark_refreshed(rec.dev, rec.ino, now, report.generation);
                 self.cell
                     .lock()
                     .today

@@ -276,27 +276,6 @@ fn open_store(shared: &Shared, cell: &DriveCell) -> Option<Store> {
     }
 }
 
-/// The inode generation of a file just refreshed (kept in the inventory
-/// with its identity; reading it at scan time would cost an open per file).
-pub(crate) fn generation_of(f: &FileRecord) -> Option<u32> {
-    let fd = rustix::fs::openat2(
-        rustix::fs::CWD,
-        &f.path,
-        rustix::fs::OFlags::RDONLY
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::CLOEXEC
-            | rustix::fs::OFlags::NONBLOCK,
-        rustix::fs::Mode::empty(),
-        rustix::fs::ResolveFlags::NO_SYMLINKS,
-    )
-    .ok()?;
-    let st = rustix::fs::fstat(&fd).ok()?;
-    if st.st_ino != f.ino || st.st_dev != f.dev {
-        return None;
-    }
-    crate::engine::sys::inode_generation(std::os::fd::AsFd::as_fd(&fd)).ok()
-}
-
 /// Rescans the drive's trees and counts what is stale, streaming the
 /// inventory (no list of files is kept).
 fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) {

@@ -201,6 +201,7 @@ fn refresh_file(
     report.size = opened.meta.size;
     report.verified = cfg.verify;
     report.dev_ino = Some((opened.meta.dev, opened.meta.ino));
+    report.generation = opened.generation;
     let mut noop = |_: u64| {};
     let progress: &mut dyn FnMut(u64) = match progress {
         Some(p) => p,

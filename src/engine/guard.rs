@@ -152,6 +152,18 @@ pub fn meta(fd: BorrowedFd<'_>) -> io::Result<FileMeta> {
     })
 }
 
+/// Opens the very inode an `O_PATH` descriptor names (through
+/// `/proc/self/fd`, so no name is resolved again), with `O_NOATIME` where
+/// the caller may use it.
+pub fn reopen(path_fd: BorrowedFd<'_>, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    let proc =
+        CString::new(format!("/proc/self/fd/{}", path_fd.as_raw_fd())).expect("no NUL in a number");
+    match rustix::fs::open(proc.as_c_str(), flags | OFlags::NOATIME, Mode::empty()) {
+        Err(rustix::io::Errno::PERM) => rustix::fs::open(proc.as_c_str(), flags, Mode::empty()),
+        r => r,
+    }
+}
+
 /// Why a file could not be opened for refresh.
 #[derive(Debug)]
 pub enum Refusal {
@@ -169,6 +181,8 @@ pub struct Opened {
     pub leased: bool,
     /// When the lease was granted (the lease clock starts here).
     pub lease_taken_at: std::time::Instant,
+    /// The inode generation, where the filesystem has one.
+    pub generation: Option<u32>,
 }
 
 impl Opened {
@@ -310,17 +324,8 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
 
     // Reopen exactly this inode for I/O through its O_PATH descriptor.
     // O_NONBLOCK: if someone else holds a lease, fail instead of waiting.
-    let proc =
-        CString::new(format!("/proc/self/fd/{}", path_fd.as_raw_fd())).expect("no NUL in a number");
     let flags = OFlags::RDWR | OFlags::DIRECT | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let fd = match rustix::fs::open(proc.as_c_str(), flags | OFlags::NOATIME, Mode::empty())
-        .or_else(|e| {
-            if e == Errno::PERM {
-                rustix::fs::open(proc.as_c_str(), flags, Mode::empty())
-            } else {
-                Err(e)
-            }
-        }) {
+    let fd = match reopen(path_fd.as_fd(), flags) {
         Ok(fd) => fd,
         Err(Errno::TXTBSY) => {
             return Err(Refusal::Skip(
@@ -372,8 +377,9 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
             }
         }
     }
+    let generation = sys::inode_generation(fd.as_fd()).ok();
     if let Some(want) = t.expect.and_then(|e| e.generation) {
-        if let Ok(found) = sys::inode_generation(fd.as_fd()) {
+        if let Some(found) = generation {
             if found != want {
                 return Err(Refusal::Skip(
                     SkipReason::Replaced,
@@ -425,5 +431,6 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
         fs,
         leased,
         lease_taken_at,
+        generation,
     })
 }

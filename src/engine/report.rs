@@ -144,6 +144,9 @@ pub struct FileReport {
     pub elapsed_s: f64,
     #[serde(skip)]
     pub dev_ino: Option<(u64, u64)>,
+    /// The inode generation the guard read (for the inventory).
+    #[serde(skip)]
+    pub generation: Option<u32>,
 }
 
 impl FileReport {
@@ -165,6 +168,7 @@ impl FileReport {
             verified: false,
             elapsed_s: 0.0,
             dev_ino: None,
+            generation: None,
         }
     }
 

@@ -185,31 +185,18 @@ fn open_direct(f: &FileRecord) -> io::Result<OwnedFd> {
         Mode::empty(),
         ResolveFlags::NO_SYMLINKS,
     )?;
-    let st = rustix::fs::statx(
-        &path_fd,
-        c"",
-        rustix::fs::AtFlags::EMPTY_PATH,
-        rustix::fs::StatxFlags::BASIC_STATS | rustix::fs::StatxFlags::BTIME,
-    )?;
+    let m = crate::engine::guard::meta(path_fd.as_fd())?;
     let found = crate::engine::guard::Identity {
-        dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
-        ino: st.stx_ino,
-        btime_ns: (st.stx_mask & rustix::fs::StatxFlags::BTIME.bits() != 0)
-            .then(|| st.stx_btime.tv_sec * 1_000_000_000 + i64::from(st.stx_btime.tv_nsec)),
+        dev: m.dev,
+        ino: m.ino,
+        btime_ns: m.btime_ns,
         generation: None,
     };
     if !f.identity().matches(&found) {
         return Err(io::Error::other("replaced since the scan"));
     }
-    let proc = format!(
-        "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(&path_fd)
-    );
     let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC;
-    match rustix::fs::open(proc.as_str(), flags | OFlags::NOATIME, Mode::empty()) {
-        Err(rustix::io::Errno::PERM) => Ok(rustix::fs::open(proc.as_str(), flags, Mode::empty())?),
-        r => Ok(r?),
-    }
+    Ok(crate::engine::guard::reopen(path_fd.as_fd(), flags)?)
 }
 
 fn candidate(f: &FileRecord) -> Option<Candidate> {
