@@ -30,6 +30,28 @@ pub enum Strategy {
     Relocate,
 }
 
+/// Whether the refresh yields to other I/O on its drive (`yield`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum YieldMode {
+    /// Watch the drive: fewer, smaller requests at the floor rate while
+    /// other processes use it; back to the configured rate when it is quiet.
+    Auto,
+    /// Always the configured rate and depth.
+    Off,
+}
+
+/// The I/O priority of refresh requests (`io_priority`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum IoPriority {
+    /// Reads in the idle class, writes (which must finish inside a lease
+    /// break) best-effort at the lowest level, per request.
+    Idle,
+    /// The process's own priority (e.g. set by `ionice` or the unit).
+    Inherit,
+}
+
 /// Local-time maintenance windows, minutes since midnight, `[start, end)`.
 /// A window whose end is before its start wraps past midnight.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +146,12 @@ pub struct Settings {
     /// the reference of last resort when no canary can be written and the
     /// drive has no recorded baseline.
     pub expected_throughput: Option<u64>,
+    /// Yield to other I/O on the drive.
+    pub yield_mode: YieldMode,
+    /// The refresh never goes slower than this while yielding.
+    pub yield_floor: u64,
+    /// Priority of refresh requests.
+    pub io_priority: IoPriority,
 }
 
 const DAY: u64 = 86_400;
@@ -144,6 +172,9 @@ impl Default for Settings {
             daily_budget: None,
             min_free: 1 << 30,
             expected_throughput: None,
+            yield_mode: YieldMode::Auto,
+            yield_floor: crate::engine::pace::DEFAULT_FLOOR,
+            io_priority: IoPriority::Idle,
         }
     }
 }
@@ -288,6 +319,9 @@ const SETTING_KEYS: &[&str] = &[
     "daily_budget",
     "min_free",
     "expected_throughput",
+    "yield",
+    "yield_floor",
+    "io_priority",
 ];
 
 impl Parser<'_> {
@@ -496,6 +530,9 @@ impl Parser<'_> {
                 }
                 "window" => set(&mut s.window, self.value(key, v)),
                 "strategy" => set(&mut s.strategy, self.value(key, v)),
+                "yield" => set(&mut s.yield_mode, self.value(key, v)),
+                "yield_floor" => set(&mut s.yield_floor, self.value::<Rate>(key, v).map(|r| r.0)),
+                "io_priority" => set(&mut s.io_priority, self.value(key, v)),
                 "daily_budget" => {
                     if let Some(b) = self.value::<ByteSize>(key, v) {
                         s.daily_budget = Some(b.0);

@@ -39,6 +39,8 @@ pub struct RefreshOptions {
     /// The crash-recovery journal's state directory (`None`: the daemon's
     /// default, when writable).
     pub state_dir: Option<PathBuf>,
+    /// Yielding to other I/O on the drive, and request priorities.
+    pub pace: crate::engine::PaceSettings,
 }
 
 /// Where the daemon keeps its state by default, and the one-shot its
@@ -187,6 +189,8 @@ pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageE
         strategy: opts.strategy,
         relocate_chunk: opts.relocate_chunk,
         journal,
+        pace: opts.pace,
+        pace_status: Default::default(),
         unsafe_switches: Default::default(),
     };
     let engine = Engine::start(cfg)?;

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use refreshd::engine::{BackendChoice, DEFAULT_CHUNK, DEFAULT_DEPTH};
+use refreshd::config::{IoPriority, YieldMode};
+use refreshd::engine::{BackendChoice, PaceSettings, DEFAULT_CHUNK, DEFAULT_DEPTH};
 use refreshd::oneshot::{self, RefreshOptions, Strategy};
 use refreshd::units::{ByteSize, HumanDuration, Rate};
 
@@ -129,6 +130,18 @@ struct RefreshArgs {
     /// leaves the mtime of the file it was writing moved).
     #[arg(long, value_name = "DIR", env = "REFRESHD_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// auto: while other processes use the drive, one small request at a
+    /// time at the --yield-floor rate, back to --rate when the drive is
+    /// quiet; off: always --rate and --queue-depth.
+    #[arg(long = "yield", value_enum, default_value_t = YieldMode::Auto)]
+    yield_mode: YieldMode,
+    /// The rate never drops below this while yielding.
+    #[arg(long, value_name = "BYTES/s", default_value = "4MiB/s")]
+    yield_floor: Rate,
+    /// idle: reads in the idle I/O class and writes at best-effort 7, per
+    /// request; inherit: the process's own priority (ionice).
+    #[arg(long, value_enum, default_value_t = IoPriority::Idle)]
+    io_priority: IoPriority,
 }
 
 fn main() -> ExitCode {
@@ -187,6 +200,11 @@ fn main() -> ExitCode {
                 progress: !a.no_progress,
                 relocate_chunk: a.relocate_chunk.0,
                 state_dir: a.state_dir,
+                pace: PaceSettings {
+                    mode: a.yield_mode,
+                    priority: a.io_priority,
+                    floor: a.yield_floor.0,
+                },
             };
             let cancel = oneshot::install_cancel_handler();
             match oneshot::run(&opts, cancel) {

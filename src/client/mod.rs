@@ -170,6 +170,14 @@ pub fn render_status(v: &Value) -> String {
         if let Some(e) = d["error"].as_str() {
             out.push_str(&format!("{:<10} note: {e}\n", ""));
         }
+        if let Some(y) = d["yielding"].as_object() {
+            out.push_str(&format!(
+                "{:<10} yielding since {}: {}\n",
+                "",
+                ago(&y["since"]),
+                y["reason"].as_str().unwrap_or("?")
+            ));
+        }
         if let Some(why) = d["last_sample"]["slow"].as_str() {
             out.push_str(&format!("{:<10} slow: {why}\n", ""));
             for f in d["diagnosis"].as_array().into_iter().flatten() {

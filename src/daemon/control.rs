@@ -227,6 +227,11 @@ fn status(shared: &Shared) -> Value {
                     "slow": s.judgement.slow,
                 })),
                 "refresh": st.refresh,
+                "yielding": c.pace.yielding().map(|y| json!({
+                    "since": y.since,
+                    "reason": y.reason,
+                })),
+                "yielded_seconds": c.pace.yielded().as_secs_f64(),
                 "last_refresh": st.last_refresh,
                 "requests": st.requests,
                 "completed": st.completed,

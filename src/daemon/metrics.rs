@@ -57,6 +57,7 @@ pub struct Backend {
 }
 
 type GaugeF = Gauge<f64, AtomicU64>;
+type CounterF = Counter<f64, AtomicU64>;
 
 /// Every family the daemon exports.
 #[derive(Debug)]
@@ -73,6 +74,8 @@ pub struct Metrics {
     pub files: Family<DevOutcome, Counter>,
     pub read_errors: Family<Dev, Counter>,
     pub lease_exposed: Family<Dev, Counter>,
+    pub yield_seconds: Family<Dev, CounterF>,
+    pub yielding: Family<Dev, Gauge>,
     pub store_up: Family<Dev, Gauge>,
     pub last_refresh: Family<Dev, Gauge>,
     pub last_sample: Family<Dev, Gauge>,
@@ -94,6 +97,8 @@ impl Metrics {
             stale_bytes: Family::default(),
             in_progress: Family::default(),
             refreshed_bytes: Family::default(),
+            yield_seconds: Family::default(),
+            yielding: Family::default(),
             files: Family::default(),
             read_errors: Family::default(),
             lease_exposed: Family::default(),
@@ -166,6 +171,18 @@ impl Metrics {
             Unit::Bytes,
             m.lease_exposed.clone(),
         );
+        r.register_with_unit(
+            "yield",
+            "Time the drive's refresh spent yielding to other processes' I/O \
+             (one small request at a time at the yield floor)",
+            Unit::Seconds,
+            m.yield_seconds.clone(),
+        );
+        r.register(
+            "yielding",
+            "1 while the drive's refresh yields to other processes' I/O",
+            m.yielding.clone(),
+        );
         r.register(
             "store_up",
             "1 when the drive's worker has its state database open; 0 while it retries",
@@ -224,6 +241,8 @@ impl Metrics {
         self.refreshed_bytes.get_or_create(&dev).inc_by(0);
         self.read_errors.get_or_create(&dev).inc_by(0);
         self.lease_exposed.get_or_create(&dev).inc_by(0);
+        self.yield_seconds.get_or_create(&dev).inc_by(0.0);
+        self.yielding.get_or_create(&dev).set(0);
         for outcome in ["refreshed", "interrupted", "failed"] {
             self.files
                 .get_or_create(&DevOutcome {
@@ -233,6 +252,21 @@ impl Metrics {
                 })
                 .inc_by(0);
         }
+    }
+
+    /// Brings the yield series up to the engine's account.
+    pub fn set_pace(&self, device: &str, pace: &crate::engine::pace::PaceStatus) {
+        let dev = Dev {
+            device: device.into(),
+        };
+        let c = self.yield_seconds.get_or_create(&dev);
+        let behind = pace.yielded().as_secs_f64() - c.get();
+        if behind > 0.0 {
+            c.inc_by(behind);
+        }
+        self.yielding
+            .get_or_create(&dev)
+            .set(i64::from(pace.yielding().is_some()));
     }
 
     pub fn set_stale_bytes(&self, device: &str, bytes: u64) {

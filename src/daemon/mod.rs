@@ -233,7 +233,12 @@ async fn metrics_handler(
             axum::http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        shared.metrics.encode(),
+        {
+            for c in &shared.drives {
+                shared.metrics.set_pace(&c.label, &c.pace);
+            }
+            shared.metrics.encode()
+        },
     )
 }
 

@@ -103,6 +103,12 @@ pub fn run(
         cancel: cell.cancel.clone(),
         strategy: s.strategy,
         journal: Some(shared.journal.clone()),
+        pace: crate::engine::PaceSettings {
+            mode: s.yield_mode,
+            priority: s.io_priority,
+            floor: s.yield_floor,
+        },
+        pace_status: cell.pace.clone(),
         ..EngineConfig::default()
     }) {
         Ok(e) => e,

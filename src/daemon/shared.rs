@@ -218,6 +218,9 @@ pub struct DriveCell {
     pub paused: AtomicBool,
     /// Stops the engine's current file (pause, shutdown).
     pub cancel: Arc<AtomicBool>,
+    /// Whether the drive's refresh yields to other I/O now, and how long
+    /// it has in total (filled by the engine).
+    pub pace: Arc<crate::engine::pace::PaceStatus>,
 }
 
 impl DriveCell {
@@ -230,6 +233,7 @@ impl DriveCell {
             wake: Condvar::new(),
             paused: AtomicBool::new(false),
             cancel: Arc::new(AtomicBool::new(false)),
+            pace: Arc::default(),
         }
     }
 

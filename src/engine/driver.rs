@@ -9,9 +9,12 @@
 //! and reported as that file's failure, and a ring that could not be
 //! drained is discarded and rebuilt before the next file.
 
+use std::collections::HashMap;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backend::{self, BackendChoice, BackendKind};
@@ -19,6 +22,7 @@ use super::buffers::BufferPool;
 use super::fileio::Ring;
 use super::guard::{self, Opened, Refusal, Target};
 use super::lease::{self, LeaseClock};
+use super::pace::{DeviceCounters, OwnIo, PaceConfig, Pacer, SysBlock};
 use super::report::{FileReport, Outcome, Range, SkipReason};
 use super::throttle::Throttle;
 use super::{inplace, relocate, EngineConfig, EngineError, Progress};
@@ -53,8 +57,6 @@ pub(crate) struct FileJob<'a, 'fd> {
     pub clock: &'a mut LeaseClock<'fd>,
     pub report: &'a mut FileReport,
     pub progress: &'a mut dyn FnMut(u64),
-    /// I/O priority for writes (never the idle class, see `sys`).
-    pub write_ioprio: u16,
     /// The crash-recovery record, opened by the in-place strategy before
     /// its first write and settled by the driver.
     pub record: &'a mut Option<Record>,
@@ -68,7 +70,10 @@ pub struct IoThread {
     choice: BackendChoice,
     buffers: usize,
     chunk: usize,
-    write_ioprio: u16,
+    /// Own I/O counted for the pacer, and the priorities requests carry.
+    own: Arc<OwnIo>,
+    /// The drives behind each filesystem device seen (for the pacer).
+    drives: HashMap<u64, Option<Vec<String>>>,
 }
 
 impl IoThread {
@@ -80,14 +85,27 @@ impl IoThread {
         let pool = BufferPool::new(buffers, chunk);
         let (b, fallback) =
             backend::open_backend(cfg.backend, pool).map_err(EngineError::Backend)?;
+        let own = Arc::new(OwnIo::default());
+        let pacer = Pacer::new(
+            PaceConfig {
+                mode: cfg.pace.mode,
+                priority: cfg.pace.priority,
+                rate: cfg.rate,
+                floor: cfg.pace.floor,
+                depth: cfg.depth,
+            },
+            own.clone(),
+            cfg.pace_status.clone(),
+        );
         Ok((
             IoThread {
-                ring: Ring::new(b),
-                throttle: Throttle::new(cfg.rate, cfg.chunk),
+                ring: Ring::new(b, own.clone()),
+                throttle: Throttle::paced(cfg.rate, cfg.chunk, pacer),
                 choice: cfg.backend,
                 buffers,
                 chunk,
-                write_ioprio: 0,
+                own,
+                drives: HashMap::new(),
             },
             fallback,
         ))
@@ -107,7 +125,8 @@ impl IoThread {
         progress: Option<&mut Progress>,
     ) -> FileReport {
         // Per file, on this thread: ioprio is per thread and may change.
-        self.write_ioprio = super::sys::write_ioprio();
+        self.own
+            .set_write_ioprio(cfg.pace.priority, super::sys::write_ioprio());
         let r = catch_unwind(AssertUnwindSafe(|| {
             refresh_file(self, t, cfg, skip, progress)
         }));
@@ -131,13 +150,36 @@ impl IoThread {
         report
     }
 
+    /// Points the pacer at the drives of the file just opened.
+    fn watch_drives(&mut self, t: &Target, dev: u64) {
+        let Some(pacer) = self.throttle.pacer_mut() else {
+            return;
+        };
+        let names = self.drives.entry(dev).or_insert_with(|| {
+            let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+            let found = if major == 0 {
+                // btrfs: the drives are found from the directory.
+                let p = format!("/proc/self/fd/{}/.", t.dir.as_raw_fd());
+                crate::drive::drives_of(Path::new(&p)).ok()
+            } else {
+                crate::drive::drives_of_dev(major, minor)
+            };
+            found.map(|v| v.into_iter().map(|d| d.name).collect())
+        });
+        let counters = names
+            .as_deref()
+            .and_then(|n| SysBlock::new(Path::new("/sys"), n))
+            .map(|s| Box::new(s) as Box<dyn DeviceCounters>);
+        pacer.set_device(counters);
+    }
+
     fn rebuild_ring(&mut self) {
         tracing::warn!(
             "discarding the I/O ring (requests could not be reaped); building a new one"
         );
         let pool = BufferPool::new(self.buffers, self.chunk);
         match backend::open_backend(self.choice, pool) {
-            Ok((b, _)) => self.ring = Ring::new(b),
+            Ok((b, _)) => self.ring = Ring::new(b, self.own.clone()),
             Err(e) => {
                 // Keep the poisoned ring: every later file fails cleanly
                 // ("the I/O ring is broken") instead of reusing it.
@@ -195,6 +237,7 @@ fn refresh_file(
         Ok(x) => x,
         Err(report) => return *report,
     };
+    io.watch_drives(t, opened.meta.dev);
     let mut report = FileReport::new(t.display.clone(), Outcome::Refreshed);
     report.backend = Some(io.kind());
     report.filesystem = Some(opened.fs);
@@ -237,7 +280,6 @@ fn refresh_file(
                     clock: &mut clock,
                     report: &mut report,
                     progress,
-                    write_ioprio: io.write_ioprio,
                     record: &mut record,
                 },
             ),

@@ -118,14 +118,17 @@ enum Slot {
 /// One run's state: which buffer holds what.
 struct Exec<'r, 'f> {
     io: &'r mut FileIo<'f>,
-    chunks: &'r [Chunk],
+    /// Chunks started so far (slots and `done` index them).
+    chunks: Vec<Chunk>,
+    /// Chunks not started yet: cut to the pacer's request size when they
+    /// start.
+    pending: VecDeque<Chunk>,
     params: ExecParams,
     depth: usize,
     slots: Vec<Slot>,
     held: VecDeque<usize>,
     done: Vec<bool>,
     bad: Vec<usize>,
-    next: usize,
     res: ExecResult,
     stopping: Option<StopReason>,
     fatal: bool,
@@ -153,14 +156,14 @@ pub fn run_direct(
     });
     let mut x = Exec {
         io,
-        chunks,
+        chunks: Vec::with_capacity(chunks.len()),
+        pending: chunks.iter().copied().collect(),
         params,
         depth,
         slots: vec![Slot::Free; depth],
         held: VecDeque::new(),
-        done: vec![false; chunks.len()],
+        done: Vec::with_capacity(chunks.len()),
         bad: Vec::new(),
-        next: 0,
         res: ExecResult::default(),
         stopping: None,
         fatal: false,
@@ -192,8 +195,9 @@ impl Exec<'_, '_> {
                 self.stopping = watch.should_stop();
             }
             let mut wait = POLL;
+            throttle.tick();
             if self.running() {
-                self.start_reads(watch);
+                self.start_reads(throttle, watch);
                 wait = self.start_writes(throttle, watch);
             }
             if !self.running() {
@@ -203,7 +207,7 @@ impl Exec<'_, '_> {
                 }
             }
             if self.io.in_flight() == 0 {
-                let finished = self.next == self.chunks.len() && self.held.is_empty();
+                let finished = self.pending.is_empty() && self.held.is_empty();
                 if finished || !self.running() {
                     return;
                 }
@@ -241,13 +245,26 @@ impl Exec<'_, '_> {
         }
     }
 
-    /// Reads run ahead into free buffers.
-    fn start_reads(&mut self, watch: &mut dyn Watch) {
-        while self.next < self.chunks.len() {
+    /// Requests of ours at the device (not held between read and write).
+    fn busy(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| !matches!(s, Slot::Free | Slot::Held(..)))
+            .count()
+    }
+
+    /// Reads run ahead into free buffers, as many and as large as the
+    /// pacer allows.
+    fn start_reads(&mut self, throttle: &Throttle, watch: &mut dyn Watch) {
+        let allow = throttle.allowance();
+        while let Some(&next) = self.pending.front() {
+            if self.busy() >= allow.depth.max(1) {
+                return;
+            }
             let Some(s) = self.slots.iter().position(|s| matches!(s, Slot::Free)) else {
                 return;
             };
-            let c = self.chunks[self.next];
+            let c = self.cut(next, allow.request);
             if let Err(why) = watch.space_for(c.len) {
                 self.stopping = Some(why);
                 return;
@@ -259,8 +276,27 @@ impl Exec<'_, '_> {
                 });
                 return;
             }
-            self.slots[s] = Slot::Reading(self.next);
-            self.next += 1;
+            self.pending.pop_front();
+            if c.len < next.len {
+                self.pending.push_front(Chunk {
+                    offset: c.end(),
+                    len: next.len - c.len,
+                    direct: next.direct,
+                });
+            }
+            self.slots[s] = Slot::Reading(self.chunks.len());
+            self.chunks.push(c);
+            self.done.push(false);
+        }
+    }
+
+    /// The head of `c` no longer than `request` (whole alignment units).
+    fn cut(&self, c: Chunk, request: Option<u64>) -> Chunk {
+        let align = self.params.align.max(1);
+        let max = request.map_or(c.len, |r| (r / align * align).max(align));
+        Chunk {
+            len: c.len.min(max),
+            ..c
         }
     }
 
@@ -518,16 +554,17 @@ impl Exec<'_, '_> {
         self.res.bad_ranges.sort_by_key(|(r, _, _)| r.start);
         merge_bad(&mut self.res.bad_ranges);
         if let Some(why) = self.stopping.take() {
-            let first_open = self
-                .done
-                .iter()
-                .position(|d| !d)
-                .unwrap_or(self.chunks.len());
-            self.res.resume_offset = Some(
-                self.chunks
-                    .get(first_open)
-                    .map_or_else(|| self.chunks.last().map_or(0, Chunk::end), |c| c.offset),
-            );
+            let first_open = self.done.iter().position(|d| !d);
+            let resume = match first_open {
+                Some(i) => self.chunks[i].offset,
+                None => self
+                    .pending
+                    .front()
+                    .map(|c| c.offset)
+                    .or_else(|| self.chunks.last().map(Chunk::end))
+                    .unwrap_or(0),
+            };
+            self.res.resume_offset = Some(resume);
             self.res.stop = Some(why);
         }
         self.res

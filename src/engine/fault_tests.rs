@@ -137,7 +137,7 @@ fn in_place(ring: &mut Ring, file: i32) {
 /// What the engine does between files: a poisoned ring is replaced.
 fn next_file(ring: &mut Ring, disk: &Disk, order: Order) {
     if ring.poisoned() {
-        *ring = Ring::new(Box::new(device(disk, order, None)));
+        *ring = Ring::new(Box::new(device(disk, order, None)), Default::default());
     }
 }
 
@@ -150,7 +150,7 @@ fn run_files(order: Order, fault: Fault) -> (Disk, Vec<u8>) {
         dev.fail_wait = None;
         dev.broken = false;
     }
-    let mut ring = Ring::new(Box::new(BreaksAt::new(dev, fault)));
+    let mut ring = Ring::new(Box::new(BreaksAt::new(dev, fault)), Default::default());
     let fail_temp = match fault {
         Fault::TempWrite(n) => Some(n),
         _ => None,
@@ -244,7 +244,10 @@ fn leave_reads_in_flight(ring: &mut Ring, file: i32) {
 #[test]
 fn early_return_with_reads_in_flight_cannot_reach_the_next_file() {
     let disk = disk();
-    let mut ring = Ring::new(Box::new(device(&disk, Order::WritesFirst, None)));
+    let mut ring = Ring::new(
+        Box::new(device(&disk, Order::WritesFirst, None)),
+        Default::default(),
+    );
     leave_reads_in_flight(&mut ring, FILES[0]);
     in_place(&mut ring, FILES[1]);
     let d = disk.lock().expect("disk");
@@ -254,7 +257,10 @@ fn early_return_with_reads_in_flight_cannot_reach_the_next_file() {
 #[test]
 fn a_leaked_handle_is_reaped_before_the_next_file() {
     let disk = disk();
-    let mut ring = Ring::new(Box::new(device(&disk, Order::Fifo, None)));
+    let mut ring = Ring::new(
+        Box::new(device(&disk, Order::Fifo, None)),
+        Default::default(),
+    );
     {
         let mut io = ring.file(fd(FILES[0])).expect("handle");
         for b in 0..8 {
@@ -277,7 +283,10 @@ fn guard_off_stale_completions_write_one_files_bytes_into_another() {
     // the second file's run and are taken for its own. This is the bug
     // seen on XFS: the next file written with the other file's bytes.
     let disk = disk();
-    let mut ring = Ring::new(Box::new(device(&disk, Order::WritesFirst, None)));
+    let mut ring = Ring::new(
+        Box::new(device(&disk, Order::WritesFirst, None)),
+        Default::default(),
+    );
     test_switch::set_no_drain(true);
     leave_reads_in_flight(&mut ring, FILES[0]);
     in_place(&mut ring, FILES[1]);

@@ -23,10 +23,12 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backend::{Completion, IoBackend, Op, Request};
 use super::buffers::BufferPool;
+use super::pace::OwnIo;
 
 /// How long a drain waits for the kernel before it gives the ring up.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
@@ -36,13 +38,42 @@ pub const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
 pub struct Ring {
     backend: Box<dyn IoBackend>,
     poisoned: bool,
+    /// Where completed requests are counted for the pacer, and the
+    /// priorities requests carry.
+    own: Arc<OwnIo>,
+    /// Per buffer: when its request started, its length, and whether
+    /// nothing else of ours was in flight then.
+    started: Vec<Option<Started>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Started {
+    at: Instant,
+    len: u64,
+    alone: bool,
 }
 
 impl Ring {
-    pub fn new(backend: Box<dyn IoBackend>) -> Ring {
+    pub fn new(backend: Box<dyn IoBackend>, own: Arc<OwnIo>) -> Ring {
         Ring {
             backend,
             poisoned: false,
+            own,
+            started: Vec::new(),
+        }
+    }
+
+    /// Counts a completion for the pacer.
+    fn account(&mut self, c: &Completion) {
+        let Some(s) = self.started.get_mut(c.buf).and_then(Option::take) else {
+            return;
+        };
+        if c.result.is_err() {
+            return;
+        }
+        match c.op {
+            Op::Read => self.own.read_done(s.len, s.at.elapsed(), s.alone),
+            Op::Write => self.own.write_done(s.len),
         }
     }
 
@@ -77,7 +108,6 @@ impl Ring {
             ring: self,
             fd,
             epoch,
-            write_ioprio: 0,
         })
     }
 }
@@ -112,15 +142,9 @@ pub struct FileIo<'a> {
     ring: &'a mut Ring,
     fd: BorrowedFd<'a>,
     epoch: u32,
-    write_ioprio: u16,
 }
 
 impl FileIo<'_> {
-    /// I/O priority of this handle's writes (0: the thread's own).
-    pub fn set_write_ioprio(&mut self, ioprio: u16) {
-        self.write_ioprio = ioprio;
-    }
-
     pub fn pool(&self) -> &BufferPool {
         self.ring.backend.pool()
     }
@@ -139,16 +163,26 @@ impl FileIo<'_> {
             op,
             offset,
             len,
-            ioprio: if op == Op::Write {
-                self.write_ioprio
-            } else {
-                0
+            ioprio: match op {
+                Op::Write => self.ring.own.write_ioprio(),
+                Op::Read => self.ring.own.read_ioprio(),
             },
         };
+        let alone = self.ring.backend.in_flight() == 0;
         // SAFETY: the fd is borrowed for the handle's life and `Drop`
         // reaps every request before that ends; a leaked handle's requests
         // are reaped by the next `Ring::file` before anything else runs.
-        unsafe { self.ring.backend.submit(req) }
+        unsafe { self.ring.backend.submit(req) }?;
+        let r = &mut self.ring.started;
+        if r.len() <= buf {
+            r.resize(buf + 1, None);
+        }
+        r[buf] = Some(Started {
+            at: Instant::now(),
+            len: len as u64,
+            alone,
+        });
+        Ok(())
     }
 
     /// The next completion of this file, waiting at most `timeout`.
@@ -160,7 +194,11 @@ impl FileIo<'_> {
             if test_switch::no_drain() {
                 return c;
             }
-            match c? {
+            let c = c?;
+            if let Some(c) = &c {
+                self.ring.account(c);
+            }
+            match c {
                 Some(c) if c.epoch != self.epoch => {
                     tracing::error!(epoch = c.epoch, "dropped a completion of another file");
                 }

@@ -174,7 +174,6 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
             false,
         );
     }
-    fio.set_write_ioprio(job.write_ioprio);
 
     let mut direct: Vec<Chunk> = p.chunks.iter().copied().filter(|c| c.direct).collect();
     let mut buffered: Vec<Chunk> = p.chunks.iter().copied().filter(|c| !c.direct).collect();

@@ -15,6 +15,7 @@ pub mod fileio;
 pub mod guard;
 pub mod inplace;
 pub mod lease;
+pub mod pace;
 pub mod plan;
 pub mod relocate;
 pub mod report;
@@ -90,8 +91,31 @@ pub struct EngineConfig {
     /// (see `inventory::journal`); `None`: a killed run leaves the mtime
     /// of the file it was writing moved.
     pub journal: Option<Arc<crate::inventory::journal::Journal>>,
+    /// Yielding to other I/O on the drive, and request priorities.
+    pub pace: PaceSettings,
+    /// Whether and why the engine is yielding now (read by the daemon).
+    pub pace_status: Arc<pace::PaceStatus>,
     #[doc(hidden)]
     pub unsafe_switches: UnsafeSwitches,
+}
+
+/// How an engine yields to other I/O (see [`pace`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PaceSettings {
+    pub mode: crate::config::YieldMode,
+    pub priority: crate::config::IoPriority,
+    /// The rate never drops below this while yielding.
+    pub floor: u64,
+}
+
+impl Default for PaceSettings {
+    fn default() -> Self {
+        PaceSettings {
+            mode: crate::config::YieldMode::Auto,
+            priority: crate::config::IoPriority::Idle,
+            floor: pace::DEFAULT_FLOOR,
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -109,6 +133,8 @@ impl Default for EngineConfig {
             strategy: crate::config::Strategy::Auto,
             relocate_chunk: relocate::DEFAULT_RELOCATE_CHUNK,
             journal: None,
+            pace: PaceSettings::default(),
+            pace_status: Arc::default(),
             unsafe_switches: UnsafeSwitches::default(),
         }
     }

@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::pace::{Allowance, Pacer};
+
 /// A byte-rate limiter. Time is passed in (`now` since any fixed epoch) so
 /// the arithmetic is tested without sleeping.
 #[derive(Debug, Clone)]
@@ -28,6 +30,14 @@ impl TokenBucket {
 
     pub fn rate(&self) -> u64 {
         self.rate as u64
+    }
+
+    /// Changes the rate from `now` on (what was earned so far at the old
+    /// rate is kept, up to one burst).
+    pub fn set_rate(&mut self, rate: u64, now: Duration) {
+        assert!(rate > 0, "rate must be positive");
+        self.refill(now, self.burst);
+        self.rate = rate as f64;
     }
 
     /// The largest request granted at once.
@@ -125,11 +135,17 @@ pub trait Watch {
     fn quiescent(&mut self) {}
 }
 
-/// The rate limit shared by every file an engine refreshes.
+/// The rate limit shared by every file an engine refreshes, and the pacer
+/// that lowers it (with the depth and request size) while other processes
+/// use the drive.
 #[derive(Debug)]
 pub struct Throttle {
     bucket: Option<TokenBucket>,
     epoch: Instant,
+    /// The configured rate.
+    rate: Option<u64>,
+    burst: u64,
+    pacer: Option<Pacer>,
 }
 
 impl Throttle {
@@ -138,11 +154,65 @@ impl Throttle {
         Throttle {
             bucket,
             epoch: Instant::now(),
+            rate,
+            burst,
+            pacer: None,
         }
     }
 
+    /// A throttle paced by `pacer` (whose configured rate is `rate`).
+    pub fn paced(rate: Option<u64>, burst: u64, pacer: Pacer) -> Throttle {
+        let start = pacer.allowance().rate;
+        Throttle {
+            bucket: start.map(|r| TokenBucket::new(r, burst, Duration::ZERO)),
+            pacer: Some(pacer),
+            ..Throttle::new(rate, burst)
+        }
+    }
+
+    /// The configured rate (what plans are sized for).
     pub fn rate(&self) -> Option<u64> {
-        self.bucket.as_ref().map(TokenBucket::rate)
+        self.rate
+    }
+
+    pub fn pacer_mut(&mut self) -> Option<&mut Pacer> {
+        self.pacer.as_mut()
+    }
+
+    /// What may run now: requests in flight and their largest size.
+    pub fn allowance(&self) -> Allowance {
+        self.pacer.as_ref().map_or(
+            Allowance {
+                rate: self.rate,
+                depth: usize::MAX,
+                request: None,
+            },
+            Pacer::allowance,
+        )
+    }
+
+    /// Own I/O the kernel does for us without countable requests is about
+    /// to run (or just ran): the pacer ignores this tick's counters.
+    pub fn uncounted_io(&self) {
+        if let Some(p) = &self.pacer {
+            p.own().uncounted();
+        }
+    }
+
+    /// Lets the pacer look at the drive, and applies its rate.
+    pub fn tick(&mut self) {
+        let now = self.epoch.elapsed();
+        let Some(p) = self.pacer.as_mut() else {
+            return;
+        };
+        if !p.tick(now) {
+            return;
+        }
+        match (p.allowance().rate, &mut self.bucket) {
+            (None, b) => *b = None,
+            (Some(r), Some(b)) => b.set_rate(r, now),
+            (Some(r), b) => *b = Some(TokenBucket::new(r, self.burst, now)),
+        }
     }
 
     /// Waits for a whole unit of `n` bytes (see [`TokenBucket::take_unit`]),
@@ -152,6 +222,7 @@ impl Throttle {
             if let Some(why) = watch.should_stop() {
                 return Err(why);
             }
+            self.tick();
             let now = self.epoch.elapsed();
             let r = match &mut self.bucket {
                 Some(b) => b.take_unit(n, now),
@@ -165,6 +236,7 @@ impl Throttle {
     }
 
     pub fn try_take(&mut self, n: u64) -> Result<(), Duration> {
+        self.tick();
         let now = self.epoch.elapsed();
         match &mut self.bucket {
             Some(b) => b.take(n, now),

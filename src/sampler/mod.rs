@@ -251,7 +251,7 @@ impl Reader {
     fn new() -> io::Result<Reader> {
         let (io, _) = open_backend(BackendChoice::Auto, BufferPool::new(DEPTH, REQ))?;
         Ok(Reader {
-            ring: Ring::new(io),
+            ring: Ring::new(io, Default::default()),
         })
     }
 

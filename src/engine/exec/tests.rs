@@ -135,7 +135,7 @@ fn rewrites_every_chunk_with_the_same_bytes() {
         let (mut dev, disk) = device(&data);
         dev.order = order;
         let (seq, log) = (dev.seq.clone(), dev.writes.clone());
-        let mut ring = Ring::new(Box::new(dev));
+        let mut ring = Ring::new(Box::new(dev), Default::default());
         let r = run_on(&mut ring, &mut watch(&seq, None), params(), 64 * 1024);
         assert!(r.error.is_none() && r.stop.is_none());
         assert_eq!(r.written, 64 * 1024);
@@ -157,7 +157,7 @@ fn failed_reads_are_never_written_and_are_narrowed() {
     let bad = vec![9000..9100, 40_000..41_000];
     dev.bad.insert(FD, bad.clone());
     let (seq, log) = (dev.seq.clone(), dev.writes.clone());
-    let mut ring = Ring::new(Box::new(dev));
+    let mut ring = Ring::new(Box::new(dev), Default::default());
     let r = run_on(&mut ring, &mut watch(&seq, None), params(), 64 * 1024);
     assert!(r.error.is_none());
     for (_, _, w) in log_of(&log) {
@@ -184,7 +184,7 @@ fn guard_off_writing_failed_reads_corrupts_data() {
     let (mut dev, disk) = device(&data);
     dev.bad.insert(FD, vec![40_000..41_000]);
     let seq = dev.seq.clone();
-    let mut ring = Ring::new(Box::new(dev));
+    let mut ring = Ring::new(Box::new(dev), Default::default());
     let mut p = params();
     p.unsafe_write_failed_reads = true;
     let _ = run_on(&mut ring, &mut watch(&seq, None), p, 64 * 1024);
@@ -203,7 +203,7 @@ fn a_write_error_fails_the_file_with_its_offset_and_writes_nothing_more() {
         dev.order = order;
         dev.bad_writes.insert(FD, vec![20_000..20_001]);
         let (seq, log) = (dev.seq.clone(), dev.writes.clone());
-        let mut ring = Ring::new(Box::new(dev));
+        let mut ring = Ring::new(Box::new(dev), Default::default());
         let mut w = watch(&seq, None);
         let r = run_on(&mut ring, &mut w, params(), 64 * 1024);
         let Some(ExecError::Write { offset, .. }) = r.error else {
@@ -227,7 +227,7 @@ fn a_short_write_fails_the_file_with_its_offset() {
     let (mut dev, disk) = device(&data);
     dev.short_writes.insert(FD, vec![40_000..40_001]);
     let seq = dev.seq.clone();
-    let mut ring = Ring::new(Box::new(dev));
+    let mut ring = Ring::new(Box::new(dev), Default::default());
     let r = run_on(&mut ring, &mut watch(&seq, None), params(), 64 * 1024);
     match r.error {
         Some(ExecError::Write { offset, source, .. }) => {
@@ -253,7 +253,7 @@ fn stop_means_no_new_writes_and_a_resume_offset() {
         let data = pattern(128 * 1024, 0);
         let (dev, disk) = device(&data);
         let (seq, log) = (dev.seq.clone(), dev.writes.clone());
-        let mut ring = Ring::new(Box::new(dev));
+        let mut ring = Ring::new(Box::new(dev), Default::default());
         let mut w = watch(&seq, Some(after));
         let r = run_on(&mut ring, &mut w, params(), 128 * 1024);
         assert_eq!(r.stop, Some(StopReason::LeaseBroken));
@@ -285,7 +285,7 @@ fn writes_completing_after_the_lease_deadline_are_reported_exposed() {
     let data = pattern(128 * 1024, 0);
     let (dev, _disk) = device(&data);
     let seq = dev.seq.clone();
-    let mut ring = Ring::new(Box::new(dev));
+    let mut ring = Ring::new(Box::new(dev), Default::default());
     let mut w = watch(&seq, Some(6));
     w.revoke_at_stop = true;
     let mut p = params();
@@ -303,7 +303,7 @@ fn under_a_lease_one_write_is_in_flight_until_the_device_is_measured() {
     let data = pattern(64 * 1024, 0);
     let (dev, disk) = device(&data);
     let seq = dev.seq.clone();
-    let mut ring = Ring::new(Box::new(dev));
+    let mut ring = Ring::new(Box::new(dev), Default::default());
     let mut p = params();
     p.lease_break = Some(Duration::ZERO);
     let r = run_on(&mut ring, &mut watch(&seq, None), p, 64 * 1024);
@@ -320,7 +320,7 @@ fn verify_rewrites_once_then_fails() {
     let (mut dev, disk) = device(&data);
     dev.corrupt_writes = 1;
     let seq = dev.seq.clone();
-    let mut ring = Ring::new(Box::new(dev));
+    let mut ring = Ring::new(Box::new(dev), Default::default());
     let r = run_on(&mut ring, &mut watch(&seq, None), p, 32 * 1024);
     assert!(
         r.error.is_none(),
@@ -331,7 +331,7 @@ fn verify_rewrites_once_then_fails() {
 
     let (mut dev, _disk) = device(&data);
     dev.corrupt_writes = usize::MAX;
-    let mut ring = Ring::new(Box::new(dev));
+    let mut ring = Ring::new(Box::new(dev), Default::default());
     let r = run_on(&mut ring, &mut watch(&seq, None), p, 32 * 1024);
     assert!(matches!(r.error, Some(ExecError::Verify { .. })));
 }

@@ -24,6 +24,7 @@
 //! plan as in-place), and nothing here changes size, mtime or atime: the
 //! kernel's remap does not touch them and our reads use O_NOATIME.
 
+use std::collections::VecDeque;
 use std::io;
 use std::num::NonZeroU64;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -416,7 +417,24 @@ fn relocate_units(mut r: Relocator<'_, '_>, units: &[Chunk], job: &mut FileJob<'
     let mut watch = CancelWatch(&cfg.cancel);
     let mut outcome = None;
     let mut changed: Vec<(u64, u64)> = vec![];
-    for (i, u) in units.iter().enumerate() {
+    let mut pending: VecDeque<Chunk> = units.iter().copied().collect();
+    let mut i = 0;
+    while let Some(next) = pending.pop_front() {
+        // While yielding the rate is lower: so is the unit (0.5 s of it),
+        // and with it the time the kernel holds the file's locks.
+        let now = job.throttle.allowance().rate;
+        let u = &Chunk {
+            len: next.len.min(unit_len(cfg.relocate_chunk, now, r.block)),
+            ..next
+        };
+        if u.len < next.len {
+            pending.push_front(Chunk {
+                offset: u.end(),
+                len: next.len - u.len,
+                direct: next.direct,
+            });
+        }
+        i += 1;
         if cfg.cancel.load(Ordering::Relaxed) {
             outcome = Some(Outcome::Interrupted {
                 offset: u.offset,
@@ -437,7 +455,7 @@ fn relocate_units(mut r: Relocator<'_, '_>, units: &[Chunk], job: &mut FileJob<'
         let free = free_bytes(orig);
         if !cfg.unsafe_switches.no_space_check && free < watermark.saturating_add(u.len) {
             let why = StopReason::LowSpace { free, watermark }.to_string();
-            outcome = Some(if i == 0 {
+            outcome = Some(if i == 1 {
                 Outcome::Skipped {
                     reason: SkipReason::LowSpace,
                     detail: why,
@@ -459,7 +477,12 @@ fn relocate_units(mut r: Relocator<'_, '_>, units: &[Chunk], job: &mut FileJob<'
         }
         let largest = job.report.largest_unit.get_or_insert(0);
         *largest = (*largest).max(u.len);
-        match r.chunk(*u) {
+        // The kernel's copy and compare cannot be told from other I/O on
+        // the drive: the pacer ignores the ticks they fall in.
+        job.throttle.uncounted_io();
+        let moved = r.chunk(*u);
+        job.throttle.uncounted_io();
+        match moved {
             ChunkResult::Moved => {
                 job.report.bytes_refreshed += u.len;
                 (job.progress)(u.len);

@@ -1,0 +1,101 @@
+//! The drive's own counters: completed requests, from sysfs.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Completed requests of a drive, whoever issued them.
+pub trait DeviceCounters: Send {
+    /// A name for messages (`sda`, `loop3+loop4`).
+    fn name(&self) -> &str;
+    /// Completed (reads, writes) so far; `None` if they cannot be read.
+    fn read(&mut self) -> Option<(u64, u64)>;
+    /// Largest request the block layer sends the drive whole: a longer one
+    /// of ours counts as several.
+    fn max_io(&self) -> u64;
+}
+
+/// `/sys/block/<name>/stat` of one or more whole drives, summed.
+#[derive(Debug)]
+pub struct SysBlock {
+    name: String,
+    stats: Vec<PathBuf>,
+    max_io: u64,
+}
+
+impl SysBlock {
+    /// The drives named (as in `crate::drive::Drive::name`) under `sys`.
+    pub fn new(sys: &Path, drives: &[String]) -> Option<SysBlock> {
+        if drives.is_empty() {
+            return None;
+        }
+        let block = sys.join("block");
+        let mut max_io = u64::MAX;
+        for d in drives {
+            let q = block.join(d).join("queue");
+            let kb = read_u64(&q.join("max_sectors_kb")).unwrap_or(128);
+            let segs = read_u64(&q.join("max_segments")).unwrap_or(128);
+            max_io = max_io.min((kb * 1024).min(segs * 4096)).max(4096);
+        }
+        let s = SysBlock {
+            name: drives.join("+"),
+            stats: drives.iter().map(|d| block.join(d).join("stat")).collect(),
+            max_io,
+        };
+        Some(s)
+    }
+}
+
+fn read_u64(p: &Path) -> Option<u64> {
+    fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+impl DeviceCounters for SysBlock {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn read(&mut self) -> Option<(u64, u64)> {
+        let mut sum = (0u64, 0u64);
+        for p in &self.stats {
+            let text = fs::read_to_string(p).ok()?;
+            let v: Vec<u64> = text
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            // Fields: reads completed (0), … writes completed (4).
+            sum.0 += *v.first()?;
+            sum.1 += *v.get(4)?;
+        }
+        Some(sum)
+    }
+
+    fn max_io(&self) -> u64 {
+        self.max_io
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_drives_and_takes_the_smallest_request_limit() {
+        let root = tempfile::tempdir().unwrap();
+        for (d, stat, kb, segs) in [
+            ("sda", "10 0 80 0 5 0 40 0 0 0 0", "1280", "128"),
+            ("sdb", "1 0 8 0 2 0 16 0 0 0 0", "64", "128"),
+        ] {
+            let q = root.path().join("block").join(d).join("queue");
+            fs::create_dir_all(&q).unwrap();
+            fs::write(root.path().join("block").join(d).join("stat"), stat).unwrap();
+            fs::write(q.join("max_sectors_kb"), kb).unwrap();
+            fs::write(q.join("max_segments"), segs).unwrap();
+        }
+        let mut s = SysBlock::new(root.path(), &["sda".into(), "sdb".into()]).unwrap();
+        assert_eq!(s.name(), "sda+sdb");
+        assert_eq!(s.read(), Some((11, 7)));
+        assert_eq!(s.max_io(), 64 << 10);
+        fs::remove_file(root.path().join("block/sdb/stat")).unwrap();
+        assert_eq!(s.read(), None, "a drive that vanished: no counts");
+    }
+}
