@@ -125,6 +125,8 @@ pub struct Summary {
     pub backend: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend_note: Option<String>,
+    /// Time spent yielding to other processes' I/O (`--yield auto`).
+    pub yielded_seconds: f64,
 }
 
 impl Summary {
@@ -160,7 +162,7 @@ impl Summary {
                 parts.push(format!("{n} {what}"));
             }
         }
-        format!(
+        let mut line = format!(
             "{} file(s): {}; {} in {:.2} s ({}/s) via {}",
             self.files,
             parts.join(", "),
@@ -168,7 +170,14 @@ impl Summary {
             self.elapsed_s,
             format_size(self.bytes_per_second as u64),
             self.backend
-        )
+        );
+        if self.yielded_seconds >= 0.05 {
+            line.push_str(&format!(
+                "; yielded to other I/O for {:.1} s",
+                self.yielded_seconds
+            ));
+        }
+        line
     }
 }
 
@@ -176,6 +185,7 @@ impl Summary {
 pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageError> {
     let walked = walk::walk(&opts.paths)?;
     let journal = journal_for(opts)?;
+    let pace_status = Arc::new(crate::engine::pace::PaceStatus::default());
     let cfg = EngineConfig {
         rate: opts.rate,
         chunk: opts.chunk,
@@ -190,7 +200,7 @@ pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageE
         relocate_chunk: opts.relocate_chunk,
         journal,
         pace: opts.pace,
-        pace_status: Default::default(),
+        pace_status: pace_status.clone(),
         unsafe_switches: Default::default(),
     };
     let engine = Engine::start(cfg)?;
@@ -255,6 +265,7 @@ pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageE
         pb.finish_and_clear();
     }
     summary.elapsed_s = start.elapsed().as_secs_f64();
+    summary.yielded_seconds = pace_status.yielded().as_secs_f64();
     summary.bytes_per_second = if summary.elapsed_s > 0.0 {
         summary.bytes_refreshed as f64 / summary.elapsed_s
     } else {

@@ -16,6 +16,7 @@ mod helpers;
 mod io_errors;
 mod layout;
 mod lease;
+mod pacing;
 mod packaging;
 mod read_errors;
 mod recovery;

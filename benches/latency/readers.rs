@@ -1,7 +1,8 @@
 //! Foreground readers whose latency the benchmark reports.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// A reader's latencies over its run.
@@ -30,16 +31,17 @@ impl Reader {
         }
     }
 
-    pub fn run(self, file: &Path, secs: Duration) -> Latencies {
+    /// Reads for `secs`, or until `stop` is set (the refresh ended).
+    pub fn run(self, file: &Path, secs: Duration, stop: &AtomicBool) -> Latencies {
         match self {
-            Reader::Fio => fio(file, secs),
-            Reader::Mmap => mmap(file, secs),
+            Reader::Fio => fio(file, secs, stop),
+            Reader::Mmap => mmap(file, secs, stop),
         }
     }
 }
 
-fn fio(file: &Path, secs: Duration) -> Latencies {
-    let out = Command::new("fio")
+fn fio(file: &Path, secs: Duration, stop: &AtomicBool) -> Latencies {
+    let child = Command::new("fio")
         .args([
             "--name=app",
             "--rw=randread",
@@ -53,8 +55,20 @@ fn fio(file: &Path, secs: Duration) -> Latencies {
         ])
         .arg(format!("--runtime={}", secs.as_secs()))
         .arg(format!("--filename={}", file.display()))
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let end = Instant::now() + secs;
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if Instant::now() < end {
+        // fio ends its jobs and reports on SIGINT.
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -74,7 +88,7 @@ fn fio(file: &Path, secs: Duration) -> Latencies {
 
 /// Touches random 16 KiB ranges of a shared mapping, evicting each range
 /// from the page cache first so every touch is a read from the drive.
-fn mmap(file: &Path, secs: Duration) -> Latencies {
+fn mmap(file: &Path, secs: Duration, stop: &AtomicBool) -> Latencies {
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(file).unwrap();
     let len = f.metadata().unwrap().len() as usize;
@@ -98,7 +112,7 @@ fn mmap(file: &Path, secs: Duration) -> Latencies {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let end = Instant::now() + secs;
     let started = Instant::now();
-    while Instant::now() < end {
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;

@@ -37,6 +37,9 @@ pub const TICK: Duration = Duration::from_millis(100);
 const WINDOW_TICKS: usize = 3;
 /// The drive must be quiet this long before the refresh ramps up again.
 pub const QUIET: Duration = Duration::from_secs(1);
+/// A new engine (or drive) first runs at the floor this long, to see
+/// whether anyone else uses the drive before it goes to the full rate.
+pub const PROBE: Duration = Duration::from_millis(300);
 /// While ramping, the rate doubles this often.
 pub const RAMP_STEP: Duration = Duration::from_millis(250);
 /// Default floor: the refresh never goes slower than this.
@@ -180,6 +183,8 @@ impl PaceStatus {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Mode {
+    /// Just started: at the floor until the drive has been looked at.
+    Probing { until: Duration },
     Full,
     Yielding {
         quiet_since: Option<Duration>,
@@ -231,12 +236,10 @@ impl std::fmt::Debug for Pacer {
 }
 
 impl Pacer {
-    /// A pacer that starts as if the drive had just become quiet: from the
-    /// floor, one request, doubling every [`RAMP_STEP`] (a refresh that
-    /// starts beside a busy application never floods it before the first
-    /// look at the drive).
+    /// A pacer that starts with a [`PROBE`] at the floor with one small
+    /// request (a refresh that starts beside a busy application never
+    /// floods it before the first look at the drive).
     pub fn new(cfg: PaceConfig, own: Arc<OwnIo>, status: Arc<PaceStatus>) -> Pacer {
-        let floor = cfg.rate.map_or(cfg.floor, |r| r.min(cfg.floor));
         let p = Pacer {
             cfg,
             own,
@@ -245,10 +248,7 @@ impl Pacer {
             last_counts: None,
             last_tick: Duration::ZERO,
             window: Vec::new(),
-            mode: Mode::Ramping {
-                rate: floor,
-                step_at: RAMP_STEP,
-            },
+            mode: Mode::Probing { until: PROBE },
             depth: 1,
             alone: None,
             raised: false,
@@ -280,6 +280,11 @@ impl Pacer {
             self.last_counts = None;
             self.window.clear();
             self.alone = None;
+            if self.mode == Mode::Full {
+                self.mode = Mode::Probing {
+                    until: self.last_tick + PROBE,
+                };
+            }
         }
     }
 
@@ -306,7 +311,7 @@ impl Pacer {
                 depth: self.depth,
                 request: None,
             },
-            Mode::Yielding { .. } => Allowance {
+            Mode::Yielding { .. } | Mode::Probing { .. } => Allowance {
                 rate: Some(self.floor()),
                 depth: 1,
                 request: Some(YIELD_REQUEST),
@@ -438,6 +443,15 @@ impl Pacer {
                     Mode::Yielding {
                         quiet_since: Some(since),
                     }
+                }
+            }
+            (Mode::Probing { until }, None) => {
+                let looked = self.device.is_none() || self.window.iter().any(Option::is_some);
+                if now >= until && looked {
+                    self.depth = self.cfg.depth;
+                    Mode::Full
+                } else {
+                    Mode::Probing { until }
                 }
             }
             (Mode::Ramping { rate, step_at }, None) if now >= step_at => {

@@ -91,10 +91,7 @@ impl Rig {
     }
 }
 
-#[test]
-fn it_starts_gently_from_the_floor() {
-    let drive = FakeDrive::default();
-    drive.add(0, 0);
+fn fresh_pacer(drive: &FakeDrive) -> Pacer {
     let mut p = Pacer::new(
         PaceConfig {
             mode: YieldMode::Auto,
@@ -106,20 +103,40 @@ fn it_starts_gently_from_the_floor() {
         Arc::default(),
         Arc::default(),
     );
-    p.set_device(Some(Box::new(drive)));
+    p.set_device(Some(Box::new(drive.clone())));
+    p
+}
+
+#[test]
+fn it_starts_with_a_short_look_at_the_floor_then_goes_full() {
+    let drive = FakeDrive::default();
+    drive.add(0, 0);
+    let mut p = fresh_pacer(&drive);
     let a = p.allowance();
-    assert_eq!(
-        (a.rate, a.depth, a.request),
-        (Some(4 * MIB), 1, Some(YIELD_REQUEST))
-    );
+    assert_eq!((a.rate, a.depth, a.request), (Some(4 * MIB), 1, Some(YIELD_REQUEST)));
     let mut now = Duration::ZERO;
     while p.allowance().rate != Some(50 * MIB) {
         now += TICK;
         p.tick(now);
-        assert!(now < Duration::from_secs(2), "full rate within 2 s");
+        assert!(now <= PROBE + TICK, "full rate right after the probe");
     }
     assert_eq!(p.allowance().depth, 8);
     assert!(p.status().yielding().is_none(), "starting is not yielding");
+}
+
+#[test]
+fn a_reader_seen_during_the_probe_means_yielding_from_the_start() {
+    let drive = FakeDrive::default();
+    drive.add(0, 0);
+    let mut p = fresh_pacer(&drive);
+    let mut now = Duration::ZERO;
+    for _ in 0..5 {
+        drive.add(100, 0);
+        now += TICK;
+        p.tick(now);
+    }
+    assert!(p.status().yielding().is_some());
+    assert_eq!(p.allowance().rate, Some(4 * MIB));
 }
 
 #[test]
