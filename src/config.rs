@@ -17,6 +17,8 @@ use crate::units::{ByteSize, HumanDuration, Rate};
 
 pub const DEFAULT_PATH: &str = "/etc/refreshd/refreshd.toml";
 
+pub mod trees;
+
 /// How files are refreshed (`strategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -184,6 +186,9 @@ impl Default for Settings {
 pub struct PathConfig {
     pub path: PathBuf,
     pub settings: Settings,
+    /// Line and column of `path` in the file (for messages).
+    #[serde(skip)]
+    pub at: (usize, usize),
 }
 
 /// The validated configuration.
@@ -200,6 +205,9 @@ pub struct Config {
     pub max_active_drives: usize,
     pub defaults: Settings,
     pub paths: Vec<PathConfig>,
+    /// Line and column of `state_dir` in the file (1:1 when not set).
+    #[serde(skip)]
+    pub state_dir_at: (usize, usize),
 }
 
 impl Default for Config {
@@ -213,6 +221,7 @@ impl Default for Config {
             max_active_drives: 1,
             defaults: Settings::default(),
             paths: vec![],
+            state_dir_at: (1, 1),
         }
     }
 }
@@ -277,11 +286,13 @@ pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
         let span = e.span().unwrap_or(0..0);
         p.problem(span, e.message().to_string());
     }
+    // Syntax errors first: what follows from them may be noise.
+    let syntax = p.problems.len();
     let cfg = p.config(root.get_ref());
     if p.problems.is_empty() {
         Ok(cfg)
     } else {
-        p.problems.sort_by_key(|q| (q.line, q.col));
+        p.problems[syntax..].sort_by_key(|q| (q.line, q.col));
         Err(ConfigError {
             problems: p.problems,
         })
@@ -325,11 +336,16 @@ const SETTING_KEYS: &[&str] = &[
 ];
 
 impl Parser<'_> {
-    fn problem(&mut self, span: Range<usize>, message: String) {
-        let at = span.start.min(self.text.len());
+    fn line_col(&self, offset: usize) -> (usize, usize) {
+        let at = offset.min(self.text.len());
         let before = &self.text[..at];
         let line = before.matches('\n').count() + 1;
         let col = before.rfind('\n').map_or(at, |n| at - n - 1) + 1;
+        (line, col)
+    }
+
+    fn problem(&mut self, span: Range<usize>, message: String) {
+        let (line, col) = self.line_col(span.start);
         self.problems.push(Problem {
             file: self.file.to_string(),
             line,
@@ -380,6 +396,7 @@ impl Parser<'_> {
                 "state_dir" => {
                     if let Some(p) = self.abs_path(key, v) {
                         cfg.state_dir = p;
+                        cfg.state_dir_at = self.line_col(v.span().start);
                     }
                 }
                 "control_socket" => {
@@ -465,7 +482,12 @@ impl Parser<'_> {
                         );
                         self.problem(span, msg);
                     } else {
-                        cfg.paths.push(PathConfig { path: p, settings });
+                        let at = self.line_col(span.start);
+                        cfg.paths.push(PathConfig {
+                            path: p,
+                            settings,
+                            at,
+                        });
                     }
                 }
                 None if !t.iter().any(|(k, _)| k.get_ref().as_ref() == "path") => {

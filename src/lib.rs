@@ -12,11 +12,13 @@
 //! - [`protocol`], [`client`]: the control protocol and `refreshctl`.
 //! - [`walk`], [`oneshot`], [`survey`]: `refreshd refresh` and `survey`.
 //! - [`units`]: sizes, durations and rates for people.
+//! - [`assets`]: man pages and shell completions from the commands.
 
 // Offsets and lengths are u64 and used as usize for buffers: 64-bit only.
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("refreshd supports 64-bit Linux only");
 
+pub mod assets;
 pub mod client;
 pub mod config;
 pub mod daemon;

@@ -1,5 +1,5 @@
 //! `refreshd survey`: one measuring round per drive, without the daemon —
-//! the age-vs-speed table of DESIGN.md for your own drives, the fresh
+//! the age-vs-speed table of docs/DESIGN.md for your own drives, the fresh
 //! reference, the verdict and the refresh plan.
 
 use std::collections::BTreeMap;

@@ -15,13 +15,50 @@ use rustix::fs::{openat2, statat, AtFlags, Dir, FileType, Mode, OFlags, ResolveF
 
 use crate::engine::{FileReport, SkipReason, Target};
 
-/// A path given on the command line that cannot be used.
+/// A path given on the command line that cannot be used as a whole.
 #[derive(Debug, thiserror::Error)]
-#[error("{path}: {source}")]
+#[error("{}: {error}", path.display())]
 pub struct PathError {
     pub path: PathBuf,
-    #[source]
-    pub source: io::Error,
+    pub error: io::Error,
+}
+
+impl PathError {
+    fn refused(path: &Path, why: String) -> PathError {
+        PathError {
+            path: path.to_path_buf(),
+            error: io::Error::new(io::ErrorKind::InvalidInput, why),
+        }
+    }
+}
+
+/// Why a command-line path is refused as a whole: a symlink (never
+/// followed), or on a filesystem refreshd does not rewrite.
+fn refusal(p: &Path, lst: &std::fs::Metadata) -> Option<String> {
+    if lst.file_type().is_symlink() {
+        return Some(
+            "a symlink: symlinks are never followed (name the file or directory it points to)"
+                .into(),
+        );
+    }
+    let magic = rustix::fs::statfs(p).ok()?.f_type as i64;
+    if crate::engine::sys::FsKind::from_magic(magic).is_some() {
+        return None;
+    }
+    let name = match magic {
+        0x0102_1994 => "tmpfs".to_string(),
+        0x6969 => "nfs".to_string(),
+        0x794c_7630 => "overlayfs".to_string(),
+        0x2fc1_2fc1 => "zfs".to_string(),
+        0x6573_5546 => "fuse".to_string(),
+        0x4d44 => "vfat".to_string(),
+        0x9fa0 => "proc".to_string(),
+        0x6265_6572 => "sysfs".to_string(),
+        other => format!("type {other:#x}"),
+    };
+    Some(format!(
+        "on a {name} filesystem: refreshd rewrites ext4, xfs and btrfs only"
+    ))
 }
 
 /// The walk's output: files to refresh (with their sizes) and entries
@@ -32,19 +69,20 @@ pub struct Walked {
     pub reports: Vec<FileReport>,
 }
 
-/// Checks that every path exists before anything is done.
+/// Checks every path before anything is done: it exists, is not a
+/// symlink, and is on a filesystem refreshd rewrites.
 pub fn check_paths(paths: &[PathBuf]) -> Result<(), PathError> {
     for p in paths {
         if p.as_os_str().as_bytes().contains(&0) {
-            return Err(PathError {
-                path: p.clone(),
-                source: io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"),
-            });
+            return Err(PathError::refused(p, "path contains a NUL byte".into()));
         }
-        std::fs::symlink_metadata(p).map_err(|source| PathError {
+        let lst = std::fs::symlink_metadata(p).map_err(|error| PathError {
             path: p.clone(),
-            source,
+            error,
         })?;
+        if let Some(why) = refusal(p, &lst) {
+            return Err(PathError::refused(p, why));
+        }
     }
     Ok(())
 }
@@ -71,9 +109,9 @@ pub fn walk(paths: &[PathBuf]) -> Result<Walked, PathError> {
     let mut out = Walked::default();
     let mut seen: HashSet<(u64, u64)> = HashSet::new();
     for p in paths {
-        let err = |source| PathError {
+        let err = |error| PathError {
             path: p.clone(),
-            source,
+            error,
         };
         let lst = std::fs::symlink_metadata(p).map_err(err)?;
         if lst.is_dir() {

@@ -81,7 +81,14 @@ fn unchanged(files: &[(PathBuf, Fingerprint)]) {
 
 fn refresh(dir: &Path, extra: &[&str]) -> serde_json::Value {
     let out = run(refreshd()
-        .args(["refresh", "--json", "--rate", "400MiB/s", "--yield-floor", "8MiB/s"])
+        .args([
+            "refresh",
+            "--json",
+            "--rate",
+            "400MiB/s",
+            "--yield-floor",
+            "8MiB/s",
+        ])
         .args(extra)
         .arg(dir));
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -113,7 +120,10 @@ fn privileged_refresh_yields_to_a_reader_and_changes_nothing() {
         auto["elapsed_s"].as_f64().unwrap(),
         off["elapsed_s"].as_f64().unwrap(),
     );
-    assert!(app.reads.load(Ordering::Relaxed) > reads_before, "the app ran");
+    assert!(
+        app.reads.load(Ordering::Relaxed) > reads_before,
+        "the app ran"
+    );
     assert!(yielded > 2.0, "yielded {yielded} s: {auto}");
     assert!(
         t_auto > 2.0 * t_off,
@@ -174,7 +184,10 @@ fn privileged_daemon_status_and_metrics_say_when_it_yields() {
         dm.status()["refresh"].is_null() && dm.status()["last_refresh"].is_i64()
     });
     let m = daemon.metrics();
-    let yielded = metric(&m, &format!("refreshd_yield_seconds_total{{device=\"{dev}\"}}"));
+    let yielded = metric(
+        &m,
+        &format!("refreshd_yield_seconds_total{{device=\"{dev}\"}}"),
+    );
     assert!(yielded.is_some_and(|s| s > 0.5), "{yielded:?}");
     assert_eq!(
         metric(&m, &format!("refreshd_yielding{{device=\"{dev}\"}}")),

@@ -69,12 +69,14 @@ fn fio(file: &Path, secs: Duration, stop: &AtomicBool) -> Latencies {
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
     }
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Interrupted, fio exits non-zero but still reports (after a line
+    // saying so): the JSON starts at the first brace.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = text
+        .find('{')
+        .map(|i| &text[i..])
+        .unwrap_or_else(|| panic!("fio: {}{}", text, String::from_utf8_lossy(&out.stderr)));
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
     let read = &v["jobs"][0]["read"];
     let pct = |k: &str| read["clat_ns"]["percentile"][k].as_f64().unwrap() / 1e6;
     Latencies {

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use refreshd::client::{self, Client, DEFAULT_SOCKET};
 use refreshd::protocol::Verb;
 
@@ -62,10 +62,22 @@ enum Cmd {
         #[arg(long, value_name = "DEV")]
         drive: Option<String>,
     },
+    /// Write man pages and shell completions into DIR (packaging).
+    #[command(name = "__assets", hide = true)]
+    Assets { dir: PathBuf },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Cmd::Assets { dir } = &cli.command {
+        return match refreshd::assets::write(Cli::command(), dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("refreshctl __assets {}: {e}", dir.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut c = match Client::connect(&cli.socket) {
         Ok(c) => c,
         Err(e) => {
@@ -116,6 +128,7 @@ fn main() -> ExitCode {
         Cmd::Resume { drive } => c
             .call(Verb::Resume { drive })
             .map(|v| ("resumed\n".to_string(), v)),
+        Cmd::Assets { .. } => unreachable!("handled before connecting"),
     };
     match result {
         Ok((text, v)) => {

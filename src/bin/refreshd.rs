@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use refreshd::config::{IoPriority, YieldMode};
 use refreshd::engine::{BackendChoice, PaceSettings, DEFAULT_CHUNK, DEFAULT_DEPTH};
 use refreshd::oneshot::{self, RefreshOptions, Strategy};
@@ -48,6 +48,9 @@ enum Command {
         #[arg(long, value_name = "PATH", default_value = refreshd::config::DEFAULT_PATH)]
         config: PathBuf,
     },
+    /// Write man pages and shell completions into DIR (packaging).
+    #[command(name = "__assets", hide = true)]
+    Assets { dir: PathBuf },
 }
 
 #[derive(clap::Args, Debug)]
@@ -169,7 +172,20 @@ fn main() -> ExitCode {
                 2
             }
         },
+        Command::Assets { dir } => match refreshd::assets::write(Cli::command(), &dir) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("refreshd __assets {}: {e}", dir.display());
+                1
+            }
+        },
         Command::CheckConfig { config } => match refreshd::config::load(&config) {
+            Ok(c) if !refreshd::config::trees::check(&c).is_empty() => {
+                for p in refreshd::config::trees::check(&c) {
+                    eprintln!("{p}");
+                }
+                1
+            }
             Ok(c) => {
                 println!(
                     "{}: ok ({} path(s), state in {})",

@@ -188,6 +188,15 @@ pub fn render_status(v: &Value) -> String {
             out.push_str(&format!("{:<10} cannot judge: {why}\n", ""));
         }
     }
+    for u in v["unwatched"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "not watched: {}\n",
+            u["reason"].as_str().unwrap_or("?")
+        ));
+    }
+    if v["drives"].as_array().is_some_and(Vec::is_empty) {
+        out.push_str("no configured tree can be watched: nothing is refreshed\n");
+    }
     out
 }
 
@@ -216,6 +225,10 @@ pub fn render_drives(v: &Value) -> String {
             .flatten()
             .filter_map(Value::as_str)
             .collect();
+        if let Some(why) = d["error"].as_str() {
+            out.push_str(&format!("not watched: {}\n  {why}\n", paths.join(", ")));
+            continue;
+        }
         out.push_str(&format!(
             "{}: {}\n  paths: {}\n",
             d["device"].as_str().unwrap_or("?"),

@@ -244,17 +244,30 @@ fn status(shared: &Shared) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_seconds": shared.started.elapsed().as_secs(),
         "drives": drives,
+        "unwatched": unwatched(shared),
     })
 }
 
+fn unwatched(shared: &Shared) -> Vec<Value> {
+    shared
+        .unwatched
+        .iter()
+        .map(|(p, why)| json!({"path": p, "reason": why}))
+        .collect()
+}
+
+/// One entry per drive; a tree that cannot be watched is an entry of its
+/// own with `"device": "unwatched"` and the reason.
 fn drives(shared: &Shared) -> Value {
-    Value::Array(
-        shared
-            .drives
-            .iter()
-            .map(|c| json!({"device": c.label, "drives": c.drives, "paths": c.roots}))
-            .collect(),
-    )
+    let watched = shared
+        .drives
+        .iter()
+        .map(|c| json!({"device": c.label, "drives": c.drives, "paths": c.roots}));
+    let unwatched = shared
+        .unwatched
+        .iter()
+        .map(|(p, why)| json!({"device": "unwatched", "drives": [], "paths": [p], "error": why}));
+    Value::Array(watched.chain(unwatched).collect())
 }
 
 fn plan(shared: &Shared) -> Value {

@@ -1,4 +1,4 @@
-//! OpenMetrics families (DESIGN.md "Metrics"): per drive, labelled
+//! OpenMetrics families (docs/DESIGN.md "Metrics"): per drive, labelled
 //! `device` (the kernel name, `+`-joined for multi-device filesystems);
 //! never a file name in a label.
 

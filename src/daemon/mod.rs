@@ -49,10 +49,21 @@ fn lock_state_dir(dir: &Path) -> Result<InstanceLock> {
     }
 }
 
-/// Groups the configured trees by the drive(s) they live on.
-fn drive_cells(cfg: &Config) -> Vec<Arc<DriveCell>> {
+/// Trees that cannot be watched, with why.
+type Unwatched = Vec<(PathBuf, String)>;
+
+/// Groups the configured trees by the drive(s) they live on; the trees
+/// that cannot be watched (missing, a symlink, an unsupported filesystem,
+/// no drive found) are returned apart, with the reason.
+fn drive_cells(cfg: &Config) -> (Vec<Arc<DriveCell>>, Unwatched) {
     let mut groups: BTreeMap<String, (Vec<drive::Drive>, Vec<PathBuf>)> = BTreeMap::new();
+    let mut unwatched = vec![];
     for p in &cfg.paths {
+        if let Some(why) = config::trees::tree_problem(&p.path) {
+            tracing::error!("{why}: this tree is not watched");
+            unwatched.push((p.path.clone(), why));
+            continue;
+        }
         match drive::drives_of(&p.path) {
             Ok(ds) => {
                 let label = ds
@@ -66,13 +77,17 @@ fn drive_cells(cfg: &Config) -> Vec<Arc<DriveCell>> {
                     .1
                     .push(p.path.clone());
             }
-            Err(e) => tracing::error!("{e}: this tree is not watched"),
+            Err(e) => {
+                tracing::error!("{e}: this tree is not watched");
+                unwatched.push((p.path.clone(), e.to_string()));
+            }
         }
     }
-    groups
+    let cells = groups
         .into_iter()
         .map(|(label, (drives, roots))| Arc::new(DriveCell::new(label, drives, roots)))
-        .collect()
+        .collect();
+    (cells, unwatched)
 }
 
 fn notify(state: &[sd_notify::NotifyState<'_>]) {
@@ -110,9 +125,13 @@ pub fn run(cfg: Config, stop: Stop) -> Result<()> {
     if let Err(e) = crate::inventory::journal::recover(&journal) {
         tracing::warn!("reading the recovery journal: {e}");
     }
-    let drives = drive_cells(&cfg);
+    let (drives, unwatched) = drive_cells(&cfg);
     if drives.is_empty() {
-        bail!("none of the configured paths could be mapped to a drive");
+        // Up anyway: status, drives and the metrics say why, and systemd
+        // does not restart-loop on a tree that is not mounted yet.
+        tracing::error!(
+            "none of the configured trees can be watched; running without drives (fix the trees and restart)"
+        );
     }
     let shared = Arc::new(Shared {
         config: RwLock::new(cfg.clone()),
@@ -123,6 +142,7 @@ pub fn run(cfg: Config, stop: Stop) -> Result<()> {
         started: Instant::now(),
         backend: Mutex::new(None),
         journal: Arc::new(journal),
+        unwatched,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -26,6 +26,8 @@ pub struct Shared {
     pub(crate) backend: Mutex<Option<String>>,
     /// The crash-recovery journal every drive's engine writes to.
     pub journal: Arc<crate::inventory::journal::Journal>,
+    /// Configured trees that could not be watched, with why.
+    pub unwatched: Vec<(std::path::PathBuf, String)>,
 }
 
 impl Shared {
@@ -48,6 +50,7 @@ impl Shared {
                 crate::inventory::journal::Journal::open(journal_dir)
                     .unwrap_or_else(|e| panic!("test journal: {e}")),
             ),
+            unwatched: vec![],
         })
     }
 

@@ -245,11 +245,13 @@ impl Exec<'_, '_> {
         }
     }
 
-    /// Requests of ours at the device (not held between read and write).
+    /// Reads of ours at the device: what the pacer's depth bounds (old
+    /// data reads slowly and queues; writes of fresh data are quick, and
+    /// the write window bounds them). Writes still overlap reads.
     fn busy(&self) -> usize {
         self.slots
             .iter()
-            .filter(|s| !matches!(s, Slot::Free | Slot::Held(..)))
+            .filter(|s| matches!(s, Slot::Reading(_) | Slot::Verifying { .. }))
             .count()
     }
 

@@ -68,6 +68,9 @@ impl Ring {
         let Some(s) = self.started.get_mut(c.buf).and_then(Option::take) else {
             return;
         };
+        if c.op == Op::Read {
+            self.own.read_ended();
+        }
         if c.result.is_err() {
             return;
         }
@@ -173,6 +176,9 @@ impl FileIo<'_> {
         // reaps every request before that ends; a leaked handle's requests
         // are reaped by the next `Ring::file` before anything else runs.
         unsafe { self.ring.backend.submit(req) }?;
+        if op == Op::Read {
+            self.ring.own.read_started();
+        }
         let r = &mut self.ring.started;
         if r.len() <= buf {
             r.resize(buf + 1, None);

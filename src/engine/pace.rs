@@ -18,7 +18,7 @@
 //! if even that is not reached with idle-class reads (a scheduler that
 //! starves the idle class), reads are raised to best-effort 7.
 
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,6 +87,8 @@ pub struct Allowance {
 #[derive(Debug, Default)]
 pub struct OwnIo {
     done: Mutex<OwnDone>,
+    /// Our reads submitted and not yet completed.
+    reads_in_flight: AtomicUsize,
     read_ioprio: AtomicU16,
     write_ioprio: AtomicU16,
 }
@@ -103,6 +105,22 @@ struct OwnDone {
 }
 
 impl OwnIo {
+    pub fn read_started(&self) {
+        self.reads_in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A read completed, failed or not.
+    pub fn read_ended(&self) {
+        let _ = self
+            .reads_in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    pub fn reads_in_flight(&self) -> usize {
+        self.reads_in_flight.load(Ordering::Relaxed)
+    }
+
+    /// A read completed whole (`latency` from submit to completion).
     pub fn read_done(&self, len: u64, latency: Duration, alone: bool) {
         let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
         d.reads.push((len, latency, alone));
@@ -184,7 +202,9 @@ impl PaceStatus {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Mode {
     /// Just started: at the floor until the drive has been looked at.
-    Probing { until: Duration },
+    Probing {
+        until: Duration,
+    },
     Full,
     Yielding {
         quiet_since: Option<Duration>,
@@ -222,7 +242,8 @@ pub struct Pacer {
     alone: Option<(u64, Duration)>,
     /// Reads run best-effort: idle-class reads did not reach the floor.
     raised: bool,
-    /// Own bytes while yielding, for the floor check: (since, bytes).
+    /// For the floor check: time our reads were waiting or completing,
+    /// and the bytes they read meanwhile.
     floor_check: (Duration, u64),
 }
 
@@ -288,10 +309,16 @@ impl Pacer {
         }
     }
 
+    /// Reads run in the idle class, except while yielding: then the pace
+    /// is already the floor, and best-effort 7 keeps a scheduler that
+    /// starves the idle class (bfq, mq-deadline) from starving the floor.
+    /// Also raised for good when idle-class reads fell below half the
+    /// floor for two seconds.
     fn set_read_ioprio(&self) {
+        let yielding = matches!(self.mode, Mode::Yielding { .. });
         let p = match self.cfg.priority {
             IoPriority::Inherit => 0,
-            IoPriority::Idle if self.raised => IOPRIO_BE7,
+            IoPriority::Idle if self.raised || yielding => IOPRIO_BE7,
             IoPriority::Idle => IOPRIO_IDLE,
         };
         self.own.read_ioprio.store(p, Ordering::Relaxed);
@@ -336,13 +363,19 @@ impl Pacer {
     /// Looks at the drive if a tick has passed. Returns whether the
     /// allowance may have changed.
     pub fn tick(&mut self, now: Duration) -> bool {
-        if self.cfg.mode == YieldMode::Off || now < self.last_tick + TICK {
+        if now < self.last_tick + TICK {
             return false;
         }
         let elapsed = now.saturating_sub(self.last_tick);
         self.last_tick = now;
         let own = self.own.take();
         let before = (self.mode, self.depth, self.raised);
+        if self.cfg.mode == YieldMode::Off {
+            // No yielding; only the floor holds against a scheduler that
+            // starves idle-class reads.
+            self.check_floor(elapsed, &own);
+            return self.raised != before.2;
+        }
         let counts = self.count(&own);
         self.window.push(counts);
         if self.window.len() > WINDOW_TICKS {
@@ -353,7 +386,7 @@ impl Pacer {
         }
         self.decide(now);
         self.adjust_depth(&own);
-        self.check_floor(now, &own);
+        self.check_floor(elapsed, &own);
         (self.mode, self.depth, self.raised) != before
     }
 
@@ -427,7 +460,6 @@ impl Pacer {
                     since: crate::inventory::now_secs(),
                     reason: why.clone(),
                 }));
-                self.floor_check = (now, 0);
                 Mode::Yielding { quiet_since: None }
             }
             (Mode::Yielding { quiet_since }, None) => {
@@ -474,11 +506,8 @@ impl Pacer {
             }
             (m, None) => m,
         };
-        if !matches!(mode, Mode::Yielding { .. }) && self.raised {
-            self.raised = false;
-            self.set_read_ioprio();
-        }
         self.mode = mode;
+        self.set_read_ioprio();
     }
 
     /// Halves the depth when our reads queue behind each other; grows it
@@ -517,26 +546,32 @@ impl Pacer {
         }
     }
 
-    /// While yielding with idle-class reads: if the refresh did not reach
-    /// half the floor over two seconds, the scheduler starves it; raise
-    /// the reads to best-effort 7.
-    fn check_floor(&mut self, now: Duration, own: &OwnDone) {
-        if !matches!(self.mode, Mode::Yielding { .. }) {
+    /// With idle-class reads: if, over two seconds in which our reads
+    /// were waiting, they did not read half the floor, the scheduler
+    /// starves them; raise them to best-effort 7 for the rest of the
+    /// engine's life. (Time with no read of ours waiting does not count:
+    /// an engine between files is not starved.)
+    fn check_floor(&mut self, elapsed: Duration, own: &OwnDone) {
+        if self.own.read_ioprio() != IOPRIO_IDLE {
+            self.floor_check = (Duration::ZERO, 0);
             return;
         }
+        if own.reads.is_empty() && self.own.reads_in_flight() == 0 {
+            return;
+        }
+        self.floor_check.0 += elapsed;
         self.floor_check.1 += own.reads.iter().map(|r| r.0).sum::<u64>();
-        let (since, bytes) = self.floor_check;
-        let span = now.saturating_sub(since);
+        let (span, bytes) = self.floor_check;
         if span >= Duration::from_secs(2) {
             let want = self.floor() as f64 * span.as_secs_f64() / 2.0;
-            if (bytes as f64) < want && !self.raised && self.cfg.priority == IoPriority::Idle {
+            if (bytes as f64) < want {
                 tracing::warn!(
                     "idle-priority reads are starved below the floor; raising them to best-effort 7"
                 );
                 self.raised = true;
                 self.set_read_ioprio();
             }
-            self.floor_check = (now, 0);
+            self.floor_check = (Duration::ZERO, 0);
         }
     }
 }

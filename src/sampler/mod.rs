@@ -68,7 +68,7 @@ pub fn bucket_label(i: usize) -> String {
     }
 }
 
-/// p25/p50/p75/p95 and mean, the columns of the table in DESIGN.md.
+/// p25/p50/p75/p95 and mean, the columns of the table in docs/DESIGN.md.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 pub struct Percentiles {
     pub p25: f64,

@@ -1,7 +1,7 @@
 //! The retention-decay model: how much slower data of a given age reads.
 //!
 //! Slowdown fraction F = x^b / (1 + x^b), x = age / τ. The `840evo` preset
-//! is fitted to the seed table (DESIGN.md): bulk reads up to ~10× slower,
+//! is fitted to the seed table (docs/DESIGN.md): bulk reads up to ~10× slower,
 //! small reads up to ~6× slower, a steep rise between 1 and 4 months.
 
 use std::time::Duration;

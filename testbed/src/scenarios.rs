@@ -11,7 +11,7 @@ use crate::drive::{Drive, DriveOptions};
 use crate::measure::{bulk_read_parallel, drop_caches, fingerprint, random_reads};
 use crate::model::Model;
 
-/// The seed table (DESIGN.md): age, search p25, p50, p75, p95, mean (ms),
+/// The seed table (docs/DESIGN.md): age, search p25, p50, p75, p95, mean (ms),
 /// hours for a bulk read of 900 GB.
 pub const SEED: [(f64, f64, f64, f64, f64, f64, f64); 7] = [
     (0.9, 36.0, 50.0, 69.0, 269.0, 112.0, 1.11),

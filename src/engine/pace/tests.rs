@@ -113,7 +113,10 @@ fn it_starts_with_a_short_look_at_the_floor_then_goes_full() {
     drive.add(0, 0);
     let mut p = fresh_pacer(&drive);
     let a = p.allowance();
-    assert_eq!((a.rate, a.depth, a.request), (Some(4 * MIB), 1, Some(YIELD_REQUEST)));
+    assert_eq!(
+        (a.rate, a.depth, a.request),
+        (Some(4 * MIB), 1, Some(YIELD_REQUEST))
+    );
     let mut now = Duration::ZERO;
     while p.allowance().rate != Some(50 * MIB) {
         now += TICK;
@@ -276,7 +279,7 @@ fn without_counters_it_does_not_guess() {
 fn off_is_todays_fixed_rate_and_depth() {
     let mut r = Rig::new(YieldMode::Off, Some(50 * MIB));
     for _ in 0..10 {
-        assert!(!r.tick_with(1, 500));
+        assert!(!r.tick_with(1, 500), "a MiB per tick is above the floor");
     }
     assert_eq!(
         r.pacer.allowance(),
@@ -328,15 +331,12 @@ fn depth_halves_when_own_reads_queue_and_grows_when_they_do_not() {
 }
 
 #[test]
-fn starved_idle_reads_are_raised_to_best_effort_and_lowered_again() {
+fn yielding_reads_run_best_effort_7_so_the_floor_holds_then_idle_again() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
     assert_eq!(r.pacer.own().read_ioprio(), IOPRIO_IDLE);
-    // Yielding, and our reads do not get through (a scheduler starving
-    // the idle class): 0 bytes for 2 s.
-    for _ in 0..25 {
-        r.tick_with(0, 100);
-    }
-    assert_eq!(r.pacer.own().read_ioprio(), IOPRIO_BE7, "raised");
+    r.tick_with(1, 100);
+    assert!(r.yielding());
+    assert_eq!(r.pacer.own().read_ioprio(), IOPRIO_BE7);
     // Quiet again: ramping, the idle class is enough.
     for _ in 0..15 {
         r.tick_with(0, 0);
@@ -346,8 +346,29 @@ fn starved_idle_reads_are_raised_to_best_effort_and_lowered_again() {
 }
 
 #[test]
+fn with_yielding_off_starved_idle_reads_are_raised_too() {
+    let mut r = Rig::new(YieldMode::Off, Some(50 * MIB));
+    // Nothing to read: not starved, however long.
+    for _ in 0..40 {
+        r.tick_with(0, 100);
+    }
+    assert_eq!(
+        r.pacer.own().read_ioprio(),
+        IOPRIO_IDLE,
+        "idle, not starved"
+    );
+    // A read waits and nothing completes for 2 s.
+    r.pacer.own().read_started();
+    for _ in 0..25 {
+        r.tick_with(0, 100);
+    }
+    assert_eq!(r.pacer.own().read_ioprio(), IOPRIO_BE7, "raised");
+    assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "not yielding");
+}
+
+#[test]
 fn reads_at_the_floor_are_not_raised() {
-    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    let mut r = Rig::new(YieldMode::Off, Some(50 * MIB));
     for _ in 0..40 {
         // 4 MiB/s: 0.4 MiB per tick, counted as 128 KiB reads.
         for _ in 0..3 {
@@ -358,7 +379,6 @@ fn reads_at_the_floor_are_not_raised() {
         r.drive.add(3 + 100, 0);
         r.tick();
     }
-    assert!(r.yielding());
     assert_eq!(r.pacer.own().read_ioprio(), IOPRIO_IDLE);
 }
 
