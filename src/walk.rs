@@ -41,7 +41,7 @@ fn refusal(p: &Path, lst: &std::fs::Metadata) -> Option<String> {
                 .into(),
         );
     }
-    let magic = rustix::fs::statfs(p).ok()?.f_type as i64;
+    let magic = rustix::fs::statfs(p).ok()?.f_type;
     if crate::engine::sys::FsKind::from_magic(magic).is_some() {
         return None;
     }

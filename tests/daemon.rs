@@ -226,12 +226,11 @@ fn killed_mid_file(dir: &Path) -> (Drive, PathBuf, Fingerprint, bool) {
 /// (mtime, ctime) as what refreshd's own writes left.
 fn journal_matches(state: &Path, file: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let rec = std::fs::read_dir(state.join("journal"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .find(|e| !e.file_name().to_string_lossy().starts_with('.'))
+    let rec = journal_records(state)
+        .into_iter()
+        .next()
         .expect("a journal record after the kill");
-    let text = std::fs::read_to_string(rec.path()).unwrap();
+    let text = std::fs::read_to_string(rec).unwrap();
     let r: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     let m = std::fs::metadata(file).unwrap();
     let now = (

@@ -15,7 +15,7 @@ fn tool(test: &str, name: &str) -> bool {
     if std::env::var("REFRESHD_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
         panic!("{test}: `{name}` is not installed");
     }
-    eprintln!("SKIPPED {test}: `{name}` is not installed");
+    crate::helpers::skipped(test, &format!("`{name}` is not installed"));
     false
 }
 
@@ -170,4 +170,223 @@ fn grafana_dashboard_uses_exported_metrics() {
         }
     }
     assert!(exprs >= 6);
+}
+
+/// A privileged test run without root says it skipped, in the output of
+/// a plain `cargo test` (not only under --nocapture): the test binary is
+/// run as `nobody` on one privileged test.
+#[test]
+fn privileged_a_test_skipped_without_root_says_so() {
+    if !crate::helpers::privileged("privileged_a_test_skipped_without_root_says_so") {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .args([
+            "--exact",
+            "pacing::privileged_refresh_yields_to_a_reader_and_changes_nothing",
+        ])
+        .env_remove("REFRESHD_REQUIRE_PRIVILEGED_TESTS")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+    assert!(
+        stderr.contains(
+            "SKIPPED privileged_refresh_yields_to_a_reader_and_changes_nothing: needs root"
+        ),
+        "the skip is not visible: {stderr}"
+    );
+}
+
+/// The man pages and completions in `dist/` are what the commands
+/// generate now. After a change to the command line:
+/// `REFRESHD_BLESS=1 cargo test dist_assets` rewrites them.
+#[test]
+fn dist_assets_match_the_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    for exe in [
+        env!("CARGO_BIN_EXE_refreshd"),
+        env!("CARGO_BIN_EXE_refreshctl"),
+    ] {
+        let out = Command::new(exe)
+            .arg("__assets")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let dist = Path::new(ROOT).join("dist");
+    let bless = std::env::var("REFRESHD_BLESS").as_deref() == Ok("1");
+    let mut stale = vec![];
+    for sub in ["man", "completions"] {
+        for e in std::fs::read_dir(dir.path().join(sub)).unwrap() {
+            let e = e.unwrap();
+            let want = std::fs::read(e.path()).unwrap();
+            let at = dist.join(sub).join(e.file_name());
+            if std::fs::read(&at).ok().as_deref() != Some(&want[..]) {
+                if bless {
+                    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+                    std::fs::write(&at, &want).unwrap();
+                } else {
+                    stale.push(at.display().to_string());
+                }
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "out of date (run REFRESHD_BLESS=1 cargo test dist_assets): {stale:?}"
+    );
+    for page in [
+        "refreshd.1",
+        "refreshd-refresh.1",
+        "refreshd-run.1",
+        "refreshctl-status.1",
+    ] {
+        assert!(dist.join("man").join(page).exists(), "{page}");
+    }
+}
+
+/// `cargo deb -p refreshd` (run by `.ci/run` before the tests) built a
+/// package holding everything an operator needs; unpacked into a scratch
+/// root, its units pass `systemd-analyze verify` against that root.
+#[test]
+fn privileged_debian_package_contents_and_units() {
+    if !crate::helpers::privileged("privileged_debian_package_contents_and_units")
+        || !tool("privileged_debian_package_contents_and_units", "dpkg-deb")
+    {
+        return;
+    }
+    let debs: Vec<_> = std::fs::read_dir(Path::new(ROOT).join("target/debian"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "deb"))
+        .collect();
+    let Some(deb) = debs
+        .iter()
+        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+    else {
+        if std::env::var("REFRESHD_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
+            panic!("no target/debian/*.deb: run `cargo deb -p refreshd` first (.ci/run does)");
+        }
+        crate::helpers::skipped(
+            "privileged_debian_package_contents_and_units",
+            "no target/debian/*.deb (cargo deb -p refreshd)",
+        );
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let ok = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(deb)
+        .arg(root.path())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let control = tempfile::tempdir().unwrap();
+    let ok = Command::new("dpkg-deb")
+        .arg("-e")
+        .arg(deb)
+        .arg(control.path())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let conffiles = std::fs::read_to_string(control.path().join("conffiles")).unwrap();
+    assert!(
+        conffiles.contains("/etc/refreshd/refreshd.toml"),
+        "{conffiles}"
+    );
+    let has = |rel: &str| root.path().join(rel).exists();
+    for rel in [
+        "usr/bin/refreshd",
+        "usr/bin/refreshctl",
+        "etc/refreshd/refreshd.toml",
+        "lib/systemd/system/refreshd.service",
+        "lib/systemd/system/refreshd-refresh@.service",
+        "usr/share/bash-completion/completions/refreshd",
+        "usr/share/bash-completion/completions/refreshctl",
+        "usr/share/zsh/vendor-completions/_refreshd",
+        "usr/share/fish/vendor_completions.d/refreshctl.fish",
+        "usr/share/refreshd/refreshd-alerts.yml",
+        "usr/share/refreshd/refreshd-dashboard.json",
+        "usr/share/doc/refreshd/DESIGN.md",
+    ] {
+        assert!(has(rel), "the package lacks {rel}");
+    }
+    for page in [
+        "refreshd",
+        "refreshd-refresh",
+        "refreshd-run",
+        "refreshd-survey",
+        "refreshd-check-config",
+        "refreshctl",
+        "refreshctl-status",
+        "refreshctl-now",
+    ] {
+        let plain = format!("usr/share/man/man1/{page}.1");
+        assert!(
+            has(&plain) || has(&format!("{plain}.gz")),
+            "the package lacks {plain}"
+        );
+    }
+    // What the unit's Documentation= names is installed.
+    let unit =
+        std::fs::read_to_string(root.path().join("lib/systemd/system/refreshd.service")).unwrap();
+    assert!(unit.contains("ExecStart=/usr/bin/refreshd run"), "{unit}");
+    let docs = unit
+        .lines()
+        .find(|l| l.starts_with("Documentation="))
+        .unwrap();
+    for d in docs.trim_start_matches("Documentation=").split_whitespace() {
+        if let Some(f) = d.strip_prefix("file://") {
+            assert!(
+                has(f.trim_start_matches('/')),
+                "Documentation= names {f}, not installed"
+            );
+        }
+    }
+    // Release binaries: symbols kept, no DWARF debug info.
+    let bin = root.path().join("usr/bin/refreshd");
+    let size = std::fs::metadata(&bin).unwrap().len();
+    assert!(size < 25 << 20, "refreshd is {size} bytes");
+    let sections = Command::new("readelf")
+        .arg("-S")
+        .arg(&bin)
+        .output()
+        .unwrap();
+    let sections = String::from_utf8_lossy(&sections.stdout);
+    assert!(!sections.contains(".debug_info"), "debug info left in");
+    assert!(sections.contains(".symtab"), "symbols stripped");
+    for u in ["refreshd.service", "refreshd-refresh@srv-index.service"] {
+        let path = root.path().join("lib/systemd/system").join(u);
+        if !path.exists() {
+            std::fs::copy(
+                root.path()
+                    .join("lib/systemd/system/refreshd-refresh@.service"),
+                &path,
+            )
+            .unwrap();
+        }
+        let out = Command::new("systemd-analyze")
+            .args(["verify", "--man=no"])
+            .arg(format!("--root={}", root.path().display()))
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let ours: Vec<&str> = err.lines().filter(|l| l.contains("refreshd")).collect();
+        assert!(out.status.success() && ours.is_empty(), "{u}: {err}");
+    }
 }

@@ -26,12 +26,7 @@ fn ctime_ns(path: &Path) -> i64 {
 
 /// The one record in `state/journal`, if any.
 fn record(state: &Path) -> Option<serde_json::Value> {
-    let dir = state.join("journal");
-    let entries: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
-        .collect();
+    let entries: Vec<PathBuf> = journal_records(state);
     assert!(entries.len() <= 1, "{entries:?}");
     let text = std::fs::read_to_string(entries.first()?).unwrap();
     serde_json::from_str(text.lines().next().unwrap()).ok()
@@ -206,4 +201,43 @@ fn privileged_oneshot_state_dir_must_be_usable() {
         "{err}"
     );
     assert_eq!(mtime(&f), OLD, "nothing touched");
+}
+
+/// Two one-shots share the state directory (as a one-shot shares the
+/// daemon's): the second one's recovery leaves the first one's live record
+/// and file alone (before, it took a lease on the file, which broke the
+/// first one's, and could put an old mtime on a file still being written).
+#[test]
+fn privileged_a_second_run_leaves_a_running_ones_file_alone() {
+    if !privileged("privileged_a_second_run_leaves_a_running_ones_file_alone") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    let state = fs.dir.path().join("state");
+    let (f, data) = setup(&fs, "f");
+    // 16 MiB at 4 MiB/s: 4 s.
+    let first = refreshd()
+        .args(["refresh", "--json", "--rate", "4MiB/s", "--state-dir"])
+        .arg(&state)
+        .arg(&f)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(record(&state).is_some(), "the first run's record is live");
+    other_run(&fs, &state);
+    assert!(record(&state).is_some(), "…and still there");
+    let out = first.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains("\"status\":\"refreshed\""),
+        "the first run was not disturbed: {text}"
+    );
+    assert_eq!(std::fs::read(&f).unwrap(), data);
+    assert_eq!(mtime(&f), OLD, "the first run put its mtime back itself");
+    assert!(record(&state).is_none(), "and finished its record");
 }

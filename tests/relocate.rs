@@ -411,6 +411,10 @@ fn privileged_relocation_stops_at_the_free_space_watermark() {
                 "32MiB",
                 "--relocate-chunk",
                 "16MiB",
+                // Units at the full rate from the start (no probe at the
+                // floor, whose units are small enough to fit).
+                "--yield",
+                "off",
             ],
             &[&p],
         );

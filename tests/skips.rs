@@ -147,10 +147,24 @@ fn privileged_skips_what_it_must_not_touch() {
         assert_eq!(&fingerprint(p), f, "{} changed", p.display());
     }
 
-    // Named directly, a symlink is still not followed.
-    let (code, reports, _) = refresh_json(&[], &[&link]);
-    assert_eq!(code, 0);
-    assert_eq!(reason(&reports, &link), "symlink");
+    // Named directly, a symlink is refused as a whole (exit 2, the reason
+    // once), and still not followed.
+    let out = refreshd()
+        .args(["refresh", "--json"])
+        .arg(&link)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("a symlink: symlinks are never followed"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("symlink: symlinks").count(),
+        1,
+        "said once: {err}"
+    );
     assert_eq!(ctime(&target), ctimes[0]);
 }
 
@@ -162,11 +176,27 @@ fn privileged_unsupported_filesystem_is_refused() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let p = dir.path().join("on-tmpfs");
     write_file(&p, &pattern(10_000, 9));
-    let (code, reports, _) = refresh_json(&[], &[&p]);
-    assert_eq!(code, 0);
-    let r = status_of(&reports, &p);
-    assert_eq!(r["reason"], "unsupported_filesystem", "{r}");
-    assert!(r["detail"].as_str().unwrap().contains("tmpfs"), "{r}");
+    // A file or a tree named on the command line: refused as a whole,
+    // exit 2, nothing done.
+    for named in [&p, &dir.path().to_path_buf()] {
+        let out = refreshd().args(["refresh"]).arg(named).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("on a tmpfs filesystem: refreshd rewrites ext4, xfs and btrfs only"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "nothing was done");
+    }
+    // A missing path: the reason once.
+    let out = refreshd()
+        .args(["refresh"])
+        .arg(dir.path().join("nope"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
 
 fn shared_bytes(p: &Path) -> u64 {

@@ -28,7 +28,7 @@ pub fn tree_problem(path: &Path) -> Option<String> {
         return Some(format!("tree {} is not a directory", path.display()));
     }
     match rustix::fs::statfs(path) {
-        Ok(s) => match FsKind::from_magic(s.f_type as i64) {
+        Ok(s) => match FsKind::from_magic(s.f_type) {
             Some(_) => None,
             None => Some(format!(
                 "tree {} is on a filesystem refreshd does not rewrite (type {:#x}; allowed: ext4, xfs, btrfs)",

@@ -81,7 +81,9 @@ impl<'a> LeaseClock<'a> {
 /// Bounds the bytes of writes in flight under a lease: at most what the
 /// device, at the write throughput seen so far, finishes in
 /// `lease_break / 8`, and always one write. Until a write has completed
-/// the throughput is unknown, so one write at a time.
+/// the throughput is unknown, so one write at a time; the same when the
+/// writes grow beyond the size the throughput was measured with (small
+/// writes may be served from a burst allowance a large one does not get).
 #[derive(Debug)]
 pub struct WriteWindow {
     budget: Option<Duration>,
@@ -89,6 +91,8 @@ pub struct WriteWindow {
     count: usize,
     /// Bytes per second, smoothed.
     rate: Option<f64>,
+    /// The largest write the rate was measured with.
+    measured_len: u64,
     last_event: Option<Instant>,
 }
 
@@ -102,6 +106,7 @@ impl WriteWindow {
             bytes: 0,
             count: 0,
             rate: None,
+            measured_len: 0,
             last_event: None,
         }
     }
@@ -120,8 +125,10 @@ impl WriteWindow {
             return true;
         }
         match self.rate {
-            Some(r) => (self.bytes + len) as f64 <= r * budget.as_secs_f64(),
-            None => false,
+            Some(r) if len <= self.measured_len => {
+                (self.bytes + len) as f64 <= r * budget.as_secs_f64()
+            }
+            _ => false,
         }
     }
 
@@ -142,9 +149,11 @@ impl WriteWindow {
             let secs = now.duration_since(t).as_secs_f64().max(1e-6);
             let sample = len as f64 / secs;
             self.rate = Some(match self.rate {
-                Some(r) => 0.7 * r + 0.3 * sample,
-                None => sample,
+                // Larger writes than measured: start over from this one.
+                Some(r) if len <= self.measured_len => 0.7 * r + 0.3 * sample,
+                _ => sample,
             });
+            self.measured_len = self.measured_len.max(len);
         }
         self.last_event = (self.count > 0).then_some(now);
     }
@@ -153,6 +162,30 @@ impl WriteWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_measured_on_small_writes_does_not_admit_large_ones() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut w = WriteWindow::new(Some(Duration::from_secs(1)));
+        // 128 KiB written in 1 ms: "128 MiB/s", a window of 16 MiB.
+        w.started(128 << 10, t0);
+        w.finished(128 << 10, t0 + ms(1));
+        assert!(w.admits(128 << 10) && w.admits(64 << 10));
+        // A 1 MiB write is larger than anything measured: one at a time.
+        assert!(w.admits(1 << 20), "nothing in flight: one may start");
+        w.started(1 << 20, t0 + ms(2));
+        assert!(!w.admits(1 << 20), "a second large one waits for the first");
+        // It took 500 ms (2 MiB/s, a throttled device): the window is now
+        // what 2 MiB/s finishes in 125 ms, less than one such write.
+        w.finished(1 << 20, t0 + ms(502));
+        w.started(1 << 20, t0 + ms(503));
+        assert!(!w.admits(1 << 20));
+        assert!(
+            !w.admits(128 << 10),
+            "the slow rate now holds for small writes too"
+        );
+    }
 
     #[test]
     fn one_write_until_the_throughput_is_known_then_a_share_of_the_break() {

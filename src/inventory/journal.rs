@@ -36,7 +36,10 @@
 //! ctime and writes no record.
 //!
 //! A record is one line of JSON and one line with its xxh3 checksum; a
-//! torn or corrupt record is reported and dropped, never acted on.
+//! torn or corrupt record is reported and dropped, never acted on. Each
+//! process keeps its records in a locked directory of its own
+//! ([`owners`]): recovery only ever acts on the records of a process that
+//! is gone, never on those of a daemon or one-shot still running beside it.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -134,27 +137,29 @@ fn decode(bytes: &[u8]) -> Result<Entry, String> {
     Ok(e)
 }
 
-/// The journal directory.
+/// The journal directory, and this process's records in it (see
+/// [`owners`]: a running process's records are never recovered by another).
 #[derive(Debug)]
 pub struct Journal {
-    dir: PathBuf,
+    root: PathBuf,
+    owner: owners::Owner,
 }
 
 impl Journal {
-    /// Opens (creating, mode 0700) `state_dir/journal`.
+    /// Opens (creating, mode 0700) `state_dir/journal`, and a record
+    /// directory of this process's own in it.
     pub fn open(state_dir: &Path) -> io::Result<Journal> {
-        let dir = state_dir.join("journal");
-        std::fs::create_dir_all(&dir)?;
-        let _ = std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700));
-        // Must be writable: refuse now rather than at the first file.
-        let probe = dir.join(".probe");
-        File::create(&probe)?;
-        std::fs::remove_file(&probe)?;
-        Ok(Journal { dir })
+        let root = state_dir.join("journal");
+        std::fs::create_dir_all(&root)?;
+        let _ =
+            std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o700));
+        let owner = owners::Owner::create(&root)?;
+        Ok(Journal { root, owner })
     }
 
+    /// Where this process writes its records.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.owner.dir
     }
 
     fn name(dev: u64, ino: u64) -> String {
@@ -166,7 +171,7 @@ impl Journal {
     /// file is the journal's cost): after a power cut that loses it,
     /// recovery finds no record and leaves the mtime moved, never wrong.
     pub fn begin(&self, e: Entry) -> io::Result<Record> {
-        let path = self.dir.join(Self::name(e.taken.dev, e.taken.ino));
+        let path = self.dir().join(Self::name(e.taken.dev, e.taken.ino));
         let mut file = File::options()
             .create(true)
             .truncate(true)
@@ -174,7 +179,7 @@ impl Journal {
             .open(&path)?;
         file.write_all(&encode(&e))?;
         file.sync_data()?;
-        File::open(&self.dir)?.sync_all()?;
+        File::open(self.dir())?.sync_all()?;
         Ok(Record {
             file,
             path,
@@ -182,25 +187,31 @@ impl Journal {
         })
     }
 
-    /// Every record, or why it is unusable (with its file, to remove it).
+    /// Every record of every owner, live or dead, and records left at
+    /// the top by a refreshd that did not keep owners (tests, reports).
     pub fn entries(&self) -> io::Result<Vec<(PathBuf, Result<Entry, String>)>> {
-        let mut out = vec![];
-        for d in std::fs::read_dir(&self.dir)? {
-            let d = d?;
-            let p = d.path();
-            if d.file_name().to_string_lossy().starts_with('.') {
-                continue;
+        let mut files = owners::records_in(&self.root)?;
+        for e in std::fs::read_dir(&self.root)? {
+            let e = e?;
+            if e.file_type()?.is_dir() && !e.file_name().to_string_lossy().starts_with('.') {
+                files.extend(owners::records_in(&e.path())?);
             }
-            let bytes = match std::fs::read(&p) {
-                // Finished meanwhile by the process that wrote it.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                other => other,
-            };
-            out.push((p, bytes.map_err(|e| e.to_string()).and_then(|b| decode(&b))));
         }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
+        Ok(read_records(files))
     }
+}
+
+/// Reads record files (a file gone meanwhile was finished by its owner).
+fn read_records(files: Vec<PathBuf>) -> Vec<(PathBuf, Result<Entry, String>)> {
+    let mut out = vec![];
+    for p in files {
+        let bytes = match std::fs::read(&p) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            other => other,
+        };
+        out.push((p, bytes.map_err(|e| e.to_string()).and_then(|b| decode(&b))));
+    }
+    out
 }
 
 /// A file's open record, kept by the engine while it writes.
@@ -277,11 +288,22 @@ pub enum RecoveryOutcome {
     Deferred(String),
 }
 
-/// Goes through every record: restores what provably only refreshd moved,
-/// drops records that are settled, keeps those of files in use.
+/// Goes through the records of dead owners (and ownerless ones left by an
+/// older refreshd): restores what provably only refreshd moved, drops
+/// records that are settled, keeps those of files in use. The records of
+/// a running refreshd (this one included) are not touched.
 pub fn recover(journal: &Journal) -> io::Result<Vec<Recovered>> {
+    let mut out = recover_records(owners::records_in(&journal.root)?);
+    for dead in owners::dead_owners(&journal.root, journal.dir())? {
+        out.extend(recover_records(owners::records_in(&dead.dir)?));
+        dead.tidy();
+    }
+    Ok(out)
+}
+
+fn recover_records(files: Vec<PathBuf>) -> Vec<Recovered> {
     let mut out = vec![];
-    for (file, entry) in journal.entries()? {
+    for (file, entry) in read_records(files) {
         let (path, outcome) = match entry {
             Err(why) => (
                 file.clone(),
@@ -305,7 +327,7 @@ pub fn recover(journal: &Journal) -> io::Result<Vec<Recovered>> {
         }
         out.push(Recovered { path, outcome });
     }
-    Ok(out)
+    out
 }
 
 fn recover_one(e: &Entry) -> RecoveryOutcome {
@@ -369,6 +391,7 @@ pub(crate) mod test_switch {
 
     thread_local! {
         static RESTORE_ALWAYS: Cell<bool> = const { Cell::new(false) };
+        static IGNORE_OWNERS: Cell<bool> = const { Cell::new(false) };
     }
 
     pub fn restore_always() -> bool {
@@ -378,7 +401,17 @@ pub(crate) mod test_switch {
     pub fn set_restore_always(on: bool) {
         RESTORE_ALWAYS.with(|c| c.set(on));
     }
+
+    /// Recover every other owner's records, running or not.
+    pub fn ignore_owners() -> bool {
+        IGNORE_OWNERS.with(Cell::get)
+    }
+
+    pub fn set_ignore_owners(on: bool) {
+        IGNORE_OWNERS.with(|c| c.set(on));
+    }
 }
 
+mod owners;
 #[cfg(test)]
 mod tests;

@@ -124,6 +124,14 @@ fn setup() -> (tempfile::TempDir, Journal, PathBuf, Record) {
     (tmp, j, path, rec)
 }
 
+/// The next run after a kill: the old owner is gone (its lock released,
+/// its records left), a new process opens the journal.
+fn next_run(j: Journal) -> Journal {
+    let state = j.root.parent().unwrap().to_path_buf();
+    drop(j);
+    Journal::open(&state).unwrap()
+}
+
 /// Another process writes to the file; returns the mtime it left.
 fn another_process_writes(path: &Path) -> (i64, i64) {
     std::fs::OpenOptions::new()
@@ -145,6 +153,7 @@ fn mtime(path: &Path) -> (i64, i64) {
 fn a_killed_refresh_is_put_back() {
     let (_tmp, j, path, rec) = setup();
     std::mem::forget(rec); // killed: the record stays
+    let j = next_run(j);
     let r = recover(&j).unwrap();
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].outcome, RecoveryOutcome::Restored);
@@ -158,6 +167,7 @@ fn a_write_by_someone_else_after_the_kill_is_kept() {
     drop(rec);
     std::thread::sleep(Duration::from_millis(20));
     let theirs = another_process_writes(&path);
+    let j = next_run(j);
     let r = recover(&j).unwrap();
     assert!(matches!(r[0].outcome, RecoveryOutcome::Left(_)), "{r:?}");
     assert_eq!(mtime(&path), theirs, "the writer's mtime stays");
@@ -171,6 +181,7 @@ fn guard_off_restoring_without_the_exact_match_hides_a_writers_change() {
     std::thread::sleep(Duration::from_millis(20));
     let theirs = another_process_writes(&path);
     test_switch::set_restore_always(true);
+    let j = next_run(j);
     let r = recover(&j).unwrap();
     test_switch::set_restore_always(false);
     assert_eq!(r[0].outcome, RecoveryOutcome::Restored);
@@ -187,6 +198,7 @@ fn a_chmod_by_someone_else_is_kept_too() {
     drop(rec);
     let before = mtime(&path);
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let j = next_run(j);
     let r = recover(&j).unwrap();
     assert!(matches!(r[0].outcome, RecoveryOutcome::Left(_)), "{r:?}");
     assert_eq!(mtime(&path), before);
@@ -198,6 +210,7 @@ fn a_broken_lease_is_never_recovered() {
     rec.lease_broken().unwrap();
     let moved = mtime(&path);
     drop(rec);
+    let j = next_run(j);
     let r = recover(&j).unwrap();
     assert!(matches!(r[0].outcome, RecoveryOutcome::Left(_)), "{r:?}");
     assert_eq!(mtime(&path), moved);
@@ -211,6 +224,7 @@ fn a_replaced_file_is_left_alone() {
     std::fs::write(&other, b"new file").unwrap();
     std::fs::rename(&other, &path).unwrap();
     let before = mtime(&path);
+    let j = next_run(j);
     let r = recover(&j).unwrap();
     assert!(matches!(r[0].outcome, RecoveryOutcome::Left(_)), "{r:?}");
     assert_eq!(mtime(&path), before);
@@ -221,6 +235,7 @@ fn a_file_in_use_is_deferred_and_its_record_kept() {
     let (_tmp, j, path, rec) = setup();
     drop(rec);
     let holder = File::open(&path).unwrap();
+    let j = next_run(j);
     let r = recover(&j).unwrap();
     assert!(
         matches!(r[0].outcome, RecoveryOutcome::Deferred(_)),
@@ -254,8 +269,59 @@ fn a_write_right_after_refreshds_last_write_is_still_seen() {
             .write_all_at(b"theirs", 100)
             .unwrap();
         let theirs = mtime(&path);
+        let j = next_run(j);
         let r = recover(&j).unwrap();
         assert!(matches!(r[0].outcome, RecoveryOutcome::Left(_)), "{r:?}");
         assert_eq!(mtime(&path), theirs);
     }
+}
+
+#[test]
+fn a_running_refreshds_records_are_left_to_it() {
+    // Process A is still rewriting (its journal open, its record live);
+    // process B starts and recovers: A's record and file are untouched.
+    let (_tmp, a, path, rec) = setup();
+    let state = a.root.parent().unwrap().to_path_buf();
+    let ours = mtime(&path);
+    let b = Journal::open(&state).unwrap();
+    assert!(recover(&b).unwrap().is_empty(), "nothing recovered");
+    assert_eq!(mtime(&path), ours, "the live file's times untouched");
+    assert_eq!(b.entries().unwrap().len(), 1, "A's record kept");
+    // A finishes normally: nothing is left.
+    rec.finish().unwrap();
+    drop(a);
+    assert!(b.entries().unwrap().is_empty());
+    assert!(recover(&b).unwrap().is_empty());
+}
+
+#[test]
+fn guard_off_recovering_a_running_refreshds_records_moves_its_files_times() {
+    let (_tmp, a, path, rec) = setup();
+    let state = a.root.parent().unwrap().to_path_buf();
+    let ours = mtime(&path);
+    let b = Journal::open(&state).unwrap();
+    test_switch::set_ignore_owners(true);
+    let r = recover(&b);
+    test_switch::set_ignore_owners(false);
+    assert_eq!(r.unwrap()[0].outcome, RecoveryOutcome::Restored);
+    assert_ne!(
+        mtime(&path),
+        ours,
+        "B put an old mtime on a file A is still rewriting"
+    );
+    drop(rec);
+}
+
+#[test]
+fn a_clean_exit_leaves_no_owner_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::open(tmp.path()).unwrap();
+    let dir = j.dir().to_path_buf();
+    assert!(dir.join(".lock").exists());
+    drop(j);
+    assert!(!dir.exists());
+    let left: Vec<_> = std::fs::read_dir(tmp.path().join("journal"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
