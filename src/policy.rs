@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::inventory::FileRecord;
 use crate::sampler::DriveSample;
@@ -37,7 +37,7 @@ pub struct Thresholds {
 }
 
 /// Where a round's fresh reference came from, best first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reference {
     /// A canary written and read back in this round.
@@ -59,7 +59,7 @@ pub struct Fallbacks {
 }
 
 /// The verdict on one round.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Judgement {
     pub stale_bps: Option<f64>,
     pub fresh_bps: Option<f64>,
@@ -219,7 +219,7 @@ pub fn judge_sample(s: &DriveSample, th: Thresholds, fb: Fallbacks) -> Judgement
 }
 
 /// A drive's state as the daemon tracks it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HealthState {
     /// Not measured yet, or nothing stale to measure.
@@ -357,7 +357,7 @@ impl Health {
 }
 
 /// One file to rewrite.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanEntry {
     pub path: PathBuf,
     pub dev: u64,
@@ -367,7 +367,7 @@ pub struct PlanEntry {
 }
 
 /// What to rewrite on a drive, in order.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Plan {
     pub files: Vec<PlanEntry>,
     pub bytes: u64,

@@ -162,6 +162,7 @@ fn walk_dir(root: &Path, out: &mut Walked, seen: &mut HashSet<(u64, u64)>) -> io
                         out.reports.push(FileReport::new(
                             root.join(&rel),
                             crate::engine::Outcome::Failed {
+                                kind: crate::engine::report::FailKind::Io,
                                 reason: format!("opening directory: {}", io::Error::from(e)),
                             },
                         ));

@@ -7,6 +7,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
 use crate::helpers::*;
+use refreshd::engine::report::FailKind;
 use refreshd::engine::{
     Engine, EngineConfig, FileReport, Outcome, SkipReason, Target, UnsafeSwitches,
 };
@@ -85,7 +86,7 @@ fn privileged_holes_stay_holes_only_with_the_guard() {
         after.blocks
     );
     assert!(
-        matches!(r.outcome, Outcome::Failed { ref reason } if reason.contains("allocation changed")),
+        matches!(r.outcome, Outcome::Failed { ref reason, kind: FailKind::LayoutChanged } if reason.contains("allocation changed")),
         "{r:?}"
     );
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::helpers::kernel::{unlimited_procs, Sysctl, WriteLimit};
 use crate::helpers::*;
+use refreshd::engine::report::FailKind;
 use refreshd::engine::{Engine, EngineConfig, Outcome, Target, UnsafeSwitches};
 
 const MIB: usize = 1 << 20;
@@ -221,7 +222,10 @@ fn privileged_revoked_lease_never_lets_a_write_land_on_a_writer() {
     assert!(lost > 0, "expected lost updates without the write window");
     assert!(!report.lease_exposed.is_empty(), "exposure not detected");
     match &report.outcome {
-        Outcome::Failed { reason } => assert!(reason.contains("revoked"), "{reason}"),
+        Outcome::Failed { reason, kind } => {
+            assert_eq!(*kind, FailKind::LeaseRevoked);
+            assert!(reason.contains("revoked"), "{reason}");
+        }
         other => panic!("expected failed, got {other:?}"),
     }
     assert_ne!(mtime.0, OLD, "mtime restored over the writer's");
@@ -281,7 +285,8 @@ fn privileged_write_eio_fails_the_file_and_the_next_is_refreshed() {
     // The lease is gone and the file closed the moment the report is out.
     assert!(free_for_a_write_lease(&a), "refreshd still holds a");
     match &ra.outcome {
-        Outcome::Failed { reason } => {
+        Outcome::Failed { reason, kind } => {
+            assert_eq!(*kind, FailKind::Io);
             assert!(reason.contains("writing"), "{reason}");
             assert!(reason.contains(&format!("offset {}", 5 << 20)), "{reason}");
             assert!(reason.contains("Input/output error"), "{reason}");

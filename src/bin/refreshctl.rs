@@ -7,8 +7,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use refreshd::client::{self, Client, DEFAULT_SOCKET};
+use refreshd::client::{self, Client, ClientError, DEFAULT_SOCKET};
+use refreshd::protocol::replies::{
+    DriveEntry, NowAccepted, PauseReply, PlanReply, StatusReply, SurveyReply,
+};
 use refreshd::protocol::Verb;
+use serde_json::Value;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -80,22 +84,54 @@ fn main() -> ExitCode {
     }
     let mut c = match Client::connect(&cli.socket) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("refreshctl: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return fail(cli.json, &e),
     };
-    let result = match cli.command {
-        Cmd::Status => c
-            .call(Verb::Status {})
-            .map(|v| (client::render_status(&v), v)),
-        Cmd::Drives => c
-            .call(Verb::Drives {})
-            .map(|v| (client::render_drives(&v), v)),
-        Cmd::Plan => c.call(Verb::Plan {}).map(|v| (client::render_plan(&v), v)),
-        Cmd::Survey => c
-            .call(Verb::Survey {})
-            .map(|v| (client::render_survey(&v), v)),
+    match run(&mut c, cli.command, cli.json) {
+        Ok((text, v)) => {
+            if cli.json {
+                println!("{v}");
+            } else {
+                print!("{text}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(cli.json, &e),
+    }
+}
+
+/// An error: a line on stderr, or with `--json` a JSON object on stdout
+/// (`{"ok": false, "error": …}`, as the daemon's own refusals look).
+fn fail(json: bool, e: &ClientError) -> ExitCode {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"ok": false, "error": e.to_string()})
+        );
+    } else {
+        eprintln!("refreshctl: {e}");
+    }
+    ExitCode::from(1)
+}
+
+/// Runs one command: the text to show, and the daemon's answer as it came.
+fn run(c: &mut Client, cmd: Cmd, json: bool) -> Result<(String, Value), ClientError> {
+    Ok(match cmd {
+        Cmd::Status => {
+            let (st, v) = c.call_as::<StatusReply>(Verb::Status {})?;
+            (client::render_status(&st), v)
+        }
+        Cmd::Drives => {
+            let (d, v) = c.call_as::<Vec<DriveEntry>>(Verb::Drives {})?;
+            (client::render_drives(&d), v)
+        }
+        Cmd::Plan => {
+            let (p, v) = c.call_as::<Vec<PlanReply>>(Verb::Plan {})?;
+            (client::render_plan(&p), v)
+        }
+        Cmd::Survey => {
+            let (s, v) = c.call_as::<Vec<SurveyReply>>(Verb::Survey {})?;
+            (client::render_survey(&s), v)
+        }
         Cmd::Now {
             drive,
             path,
@@ -107,41 +143,24 @@ fn main() -> ExitCode {
                 path: path.map(|p| p.to_string_lossy().into_owned()),
                 force,
             };
-            c.call(verb).and_then(|v| {
-                if wait {
-                    let bar = !cli.json && std::io::stderr().is_terminal();
-                    client::wait(&mut c, &v, bar).map(|st| (client::render_now_done(&v, &st), st))
-                } else {
-                    let devs: Vec<String> = v
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|d| d["device"].as_str().map(str::to_string))
-                        .collect();
-                    Ok((format!("requested on {}\n", devs.join(", ")), v))
-                }
-            })
-        }
-        Cmd::Pause { drive } => c
-            .call(Verb::Pause { drive })
-            .map(|v| ("paused\n".to_string(), v)),
-        Cmd::Resume { drive } => c
-            .call(Verb::Resume { drive })
-            .map(|v| ("resumed\n".to_string(), v)),
-        Cmd::Assets { .. } => unreachable!("handled before connecting"),
-    };
-    match result {
-        Ok((text, v)) => {
-            if cli.json {
-                println!("{v}");
+            let (req, v) = c.call_as::<Vec<NowAccepted>>(verb)?;
+            if wait {
+                let bar = !json && std::io::stderr().is_terminal();
+                let (st, raw) = client::wait(c, &req, bar)?;
+                (client::render_now_done(&req, &st), raw)
             } else {
-                print!("{text}");
+                let devs: Vec<&str> = req.iter().map(|r| r.device.as_str()).collect();
+                (format!("requested on {}\n", devs.join(", ")), v)
             }
-            ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("refreshctl: {e}");
-            ExitCode::from(1)
+        Cmd::Pause { drive } => {
+            let (_, v) = c.call_as::<Vec<PauseReply>>(Verb::Pause { drive })?;
+            ("paused\n".to_string(), v)
         }
-    }
+        Cmd::Resume { drive } => {
+            let (_, v) = c.call_as::<Vec<PauseReply>>(Verb::Resume { drive })?;
+            ("resumed\n".to_string(), v)
+        }
+        Cmd::Assets { .. } => unreachable!("handled before connecting"),
+    })
 }

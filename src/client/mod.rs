@@ -6,8 +6,12 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::protocol::replies::{
+    DriveEntry, NowAccepted, PlanReply, SampleRecord, StatusReply, SurveyReply,
+};
 use crate::protocol::{Request, Response, Verb, VERSION};
 use crate::units::format_size;
 
@@ -91,15 +95,27 @@ impl Client {
             ))
         }
     }
+
+    /// Sends one request; the answer typed, and as it came (for `--json`).
+    pub fn call_as<T: DeserializeOwned>(&mut self, verb: Verb) -> Result<(T, Value), ClientError> {
+        let v = self.call(verb)?;
+        let t = serde_json::from_value(v.clone()).map_err(|e| ClientError::Io {
+            path: self.path.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("unexpected answer from the daemon (another version?): {e}"),
+            ),
+        })?;
+        Ok((t, v))
+    }
 }
 
-fn mbps(v: &Value) -> String {
-    v.as_f64()
-        .map_or("-".into(), |b| format!("{:.0} MB/s", b / 1e6))
+fn mbps(b: Option<f64>) -> String {
+    b.map_or("-".into(), |b| format!("{:.0} MB/s", b / 1e6))
 }
 
-fn ago(t: &Value) -> String {
-    let Some(t) = t.as_i64() else {
+fn ago(t: Option<i64>) -> String {
+    let Some(t) = t else {
         return "never".into();
     };
     let d = crate::inventory::now_secs() - t;
@@ -111,8 +127,8 @@ fn ago(t: &Value) -> String {
     }
 }
 
-fn eta(s: &Value) -> String {
-    s.as_f64().map_or("-".into(), |s| {
+fn eta(s: Option<f64>) -> String {
+    s.map_or("estimating".into(), |s| {
         let s = s as u64;
         if s >= 3600 {
             format!("{}h{:02}m", s / 3600, s % 3600 / 60)
@@ -122,116 +138,129 @@ fn eta(s: &Value) -> String {
     })
 }
 
-/// `status` as a table.
-pub fn render_status(v: &Value) -> String {
-    let mut out = format!(
-        "{:<10} {:<15} {:>10} {:<28} {}\n",
-        "DEVICE", "STATE", "STALE", "LAST SAMPLE", "REFRESH"
-    );
-    for d in v["drives"].as_array().into_iter().flatten() {
-        let mut state = d["state"].as_str().unwrap_or("?").to_string();
-        if let Some(w) = d["waiting"].as_str() {
+/// `status` as a table; columns as wide as their widest cell.
+pub fn render_status(v: &StatusReply) -> String {
+    let mut rows = vec![[
+        "DEVICE".to_string(),
+        "STATE".into(),
+        "STALE".into(),
+        "LAST SAMPLE (stale data)".into(),
+        "REFRESH".into(),
+    ]];
+    for d in &v.drives {
+        let mut state = d.state.name().to_string();
+        if let Some(w) = &d.waiting {
             state.push_str(&format!(" ({w})"));
-        } else if d["paused"].as_bool() == Some(true) {
-            state.push_str(" paused");
+        } else if d.paused {
+            state.push_str(" (paused)");
         }
-        let sample = match d["last_sample"].as_object() {
+        let sample = match &d.last_sample {
+            Some(s) if s.stale_bps.is_none() => format!("no stale data ({})", ago(Some(s.at))),
             Some(s) => format!(
-                "{} {}",
-                mbps(&s["stale_bps"]),
-                s["ratio"]
-                    .as_f64()
-                    .map_or(format!("({})", ago(&s["at"])), |r| format!(
-                        "= {r:.2}x fresh ({})",
-                        ago(&s["at"])
-                    ))
+                "{}{} ({})",
+                mbps(s.stale_bps),
+                s.ratio
+                    .map_or(String::new(), |r| format!(" = {r:.2}x fresh")),
+                ago(Some(s.at))
             ),
             None => "not yet".into(),
         };
-        let refresh = match d["refresh"].as_object() {
+        let refresh = match &d.refresh {
             Some(p) => format!(
                 "{}/{} files, {} of {}, ETA {}",
-                p["files_done"],
-                p["files_total"],
-                format_size(p["bytes_done"].as_u64().unwrap_or(0)),
-                format_size(p["bytes_total"].as_u64().unwrap_or(0)),
-                eta(&p["eta_seconds"])
+                p.files_done,
+                p.files_total,
+                format_size(p.bytes_done),
+                format_size(p.bytes_total),
+                eta(p.eta_seconds)
             ),
-            None => format!("idle, last {}", ago(&d["last_refresh"])),
+            None => format!("idle, last {}", ago(d.last_refresh)),
         };
-        out.push_str(&format!(
-            "{:<10} {:<15} {:>10} {:<28} {}\n",
-            d["device"].as_str().unwrap_or("?"),
+        rows.push([
+            d.device.clone(),
             state,
-            format_size(d["stale_bytes"].as_u64().unwrap_or(0)),
+            format_size(d.stale_bytes),
             sample,
-            refresh
+            refresh,
+        ]);
+    }
+    let width = |i: usize| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
+    let w: Vec<usize> = (0..4).map(width).collect();
+    let mut out = String::new();
+    for r in &rows {
+        out.push_str(&format!(
+            "{:<w0$}  {:<w1$}  {:>w2$}  {:<w3$}  {}\n",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3]
         ));
-        if let Some(e) = d["error"].as_str() {
-            out.push_str(&format!("{:<10} note: {e}\n", ""));
+    }
+    let pad = " ".repeat(w[0] + 2);
+    for d in &v.drives {
+        let mut note = |what: String| out.push_str(&format!("{pad}{}: {what}\n", d.device));
+        if let Some(e) = &d.error {
+            note(format!("note: {e}"));
         }
-        if let Some(y) = d["yielding"].as_object() {
-            out.push_str(&format!(
-                "{:<10} yielding since {}: {}\n",
-                "",
-                ago(&y["since"]),
-                y["reason"].as_str().unwrap_or("?")
+        if let Some(y) = &d.yielding {
+            note(format!(
+                "yielding since {}: {}",
+                ago(Some(y.since)),
+                y.reason
             ));
         }
-        if let Some(why) = d["last_sample"]["slow"].as_str() {
-            out.push_str(&format!("{:<10} slow: {why}\n", ""));
-            for f in d["diagnosis"].as_array().into_iter().flatten() {
-                out.push_str(&format!("{:<10}   {}\n", "", f.as_str().unwrap_or("")));
+        if let Some(s) = &d.last_sample {
+            if let Some(why) = &s.slow {
+                note(format!("slow: {why}"));
+                for f in &d.diagnosis {
+                    note(format!("  {f}"));
+                }
+            }
+            if let Some(why) = &s.unjudged {
+                note(format!("cannot judge: {why}"));
             }
         }
-        if let Some(why) = d["last_sample"]["unjudged"].as_str() {
-            out.push_str(&format!("{:<10} cannot judge: {why}\n", ""));
-        }
     }
-    for u in v["unwatched"].as_array().into_iter().flatten() {
-        out.push_str(&format!(
-            "not watched: {}\n",
-            u["reason"].as_str().unwrap_or("?")
-        ));
+    for u in &v.unwatched {
+        out.push_str(&format!("not watched: {}\n", u.reason));
     }
-    if v["drives"].as_array().is_some_and(Vec::is_empty) {
+    if v.drives.is_empty() {
         out.push_str("no configured tree can be watched: nothing is refreshed\n");
     }
     out
 }
 
-/// `drives` as a table.
-pub fn render_drives(v: &Value) -> String {
+/// `drives` as a list.
+pub fn render_drives(v: &[DriveEntry]) -> String {
     let mut out = String::new();
-    for d in v.as_array().into_iter().flatten() {
-        let members: Vec<String> = d["drives"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|m| {
-                format!(
-                    "{} ({}{})",
-                    m["name"].as_str().unwrap_or("?"),
-                    m["model"]
-                        .as_str()
-                        .map_or(String::new(), |s| format!("{s}, ")),
-                    m["id"].as_str().unwrap_or("?")
-                )
-            })
-            .collect();
-        let paths: Vec<&str> = d["paths"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        if let Some(why) = d["error"].as_str() {
+    for d in v {
+        let paths: Vec<String> = d.paths.iter().map(|p| p.display().to_string()).collect();
+        if let Some(why) = &d.error {
             out.push_str(&format!("not watched: {}\n  {why}\n", paths.join(", ")));
             continue;
         }
+        let members: Vec<String> = d
+            .drives
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} ({}{})",
+                    m.name,
+                    m.model
+                        .as_deref()
+                        .map_or(String::new(), |s| format!("{s}, ")),
+                    m.id
+                )
+            })
+            .collect();
         out.push_str(&format!(
             "{}: {}\n  paths: {}\n",
-            d["device"].as_str().unwrap_or("?"),
+            d.device,
             members.join(", "),
             paths.join(", ")
         ));
@@ -240,134 +269,117 @@ pub fn render_drives(v: &Value) -> String {
 }
 
 /// `plan` as a table.
-pub fn render_plan(v: &Value) -> String {
+pub fn render_plan(v: &[PlanReply]) -> String {
     let mut out = String::new();
-    for d in v.as_array().into_iter().flatten() {
-        let p = &d["plan"];
-        let files = p["files"].as_array().cloned().unwrap_or_default();
+    for d in v {
+        let p = &d.plan;
         out.push_str(&format!(
             "{}: {} files, {} (skipped as recently refreshed: {}, left for the daily budget: {})\n",
-            d["device"].as_str().unwrap_or("?"),
-            files.len(),
-            format_size(p["bytes"].as_u64().unwrap_or(0)),
-            p["skipped_recent"],
-            p["deferred_budget"]
+            d.device,
+            p.files.len(),
+            format_size(p.bytes),
+            p.skipped_recent,
+            p.deferred_budget
         ));
-        for f in files.iter().take(20) {
+        for f in p.files.iter().take(20) {
             out.push_str(&format!(
                 "  {:>10}  {:>6.0} days  {}\n",
-                format_size(f["size"].as_u64().unwrap_or(0)),
-                f["age_days"].as_f64().unwrap_or(0.0),
-                f["path"].as_str().unwrap_or("?")
+                format_size(f.size),
+                f.age_days,
+                crate::engine::report::safe_path(&f.path)
             ));
         }
-        if files.len() > 20 {
+        if p.files.len() > 20 {
             out.push_str(&format!(
                 "  … and {} more (--json for all)\n",
-                files.len() - 20
+                p.files.len() - 20
             ));
         }
     }
     out
 }
 
+fn survey_row(label: &str, files: &str, bytes: &str, m: &crate::sampler::Measurement) -> String {
+    let f = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}"));
+    let l = m.latency_ms;
+    format!(
+        "  {label:<18} {files:>7} {bytes:>11} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+        m.throughput
+            .map_or("-".into(), |t| format!("{:.1}", t.p50 / 1e6)),
+        f(l.map(|l| l.p25)),
+        f(l.map(|l| l.p50)),
+        f(l.map(|l| l.p75)),
+        f(l.map(|l| l.p95)),
+        f(l.map(|l| l.mean))
+    )
+}
+
+fn render_sample(out: &mut String, s: &SampleRecord) {
+    out.push_str(&format!(
+        "  {:<18} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+        "data age (months)",
+        "files",
+        "bytes",
+        "read MB/s",
+        "p25 ms",
+        "p50 ms",
+        "p75 ms",
+        "p95 ms",
+        "mean ms"
+    ));
+    for b in &s.sample.buckets {
+        let label = if b.stale {
+            format!("{} stale", b.label)
+        } else {
+            b.label.clone()
+        };
+        let files = b.files.to_string();
+        out.push_str(&survey_row(
+            &label,
+            &files,
+            &format_size(b.bytes),
+            &b.measured,
+        ));
+    }
+    if let Some(fresh) = &s.sample.fresh {
+        let bytes = format_size(s.sample.canary_bytes);
+        out.push_str(&survey_row("fresh reference", "canary", &bytes, fresh));
+    }
+    let j = &s.judgement;
+    out.push_str(&format!(
+        "  sampled {}: stale {}{}{}\n\n",
+        ago(Some(s.at)),
+        mbps(j.stale_bps),
+        j.ratio
+            .map_or(String::new(), |r| format!(" = {r:.2}x fresh")),
+        if j.reasons.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", j.reasons.join("; "))
+        }
+    ));
+}
+
 /// `survey`: the latest sample per drive, as `refreshd survey` shows it.
-pub fn render_survey(v: &Value) -> String {
+pub fn render_survey(v: &[SurveyReply]) -> String {
     let mut out = String::new();
-    for d in v.as_array().into_iter().flatten() {
-        out.push_str(&format!(
-            "{} ({})\n",
-            d["device"].as_str().unwrap_or("?"),
-            d["state"].as_str().unwrap_or("?")
-        ));
-        let Some(s) = d["sample"].as_object() else {
-            out.push_str("  not sampled yet\n\n");
-            continue;
-        };
-        out.push_str(&format!(
-            "  {:<18} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
-            "data age (months)",
-            "files",
-            "bytes",
-            "read MB/s",
-            "p25 ms",
-            "p50 ms",
-            "p75 ms",
-            "p95 ms",
-            "mean ms"
-        ));
-        let row = |label: String, files: String, bytes: String, m: &Value| {
-            let l = &m["latency_ms"];
-            let f = |k: &str| l[k].as_f64().map_or("-".into(), |x| format!("{x:.2}"));
-            format!(
-                "  {label:<18} {files:>7} {bytes:>11} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
-                m["throughput"]["p50"]
-                    .as_f64()
-                    .map_or("-".into(), |b| format!("{:.1}", b / 1e6)),
-                f("p25"),
-                f("p50"),
-                f("p75"),
-                f("p95"),
-                f("mean")
-            )
-        };
-        let sample = &s["sample"];
-        for b in sample["buckets"].as_array().into_iter().flatten() {
-            let mut label = b["label"].as_str().unwrap_or("?").to_string();
-            if b["stale"].as_bool() == Some(true) {
-                label.push_str(" stale");
-            }
-            out.push_str(&row(
-                label,
-                b["files"].to_string(),
-                format_size(b["bytes"].as_u64().unwrap_or(0)),
-                &b["measured"],
-            ));
+    for d in v {
+        out.push_str(&format!("{} ({})\n", d.device, d.state.name()));
+        match &d.sample {
+            Some(s) => render_sample(&mut out, s),
+            None => out.push_str("  not sampled yet\n\n"),
         }
-        if sample["fresh"].is_object() {
-            out.push_str(&row(
-                "fresh reference".into(),
-                "canary".into(),
-                format_size(sample["canary_bytes"].as_u64().unwrap_or(0)),
-                &sample["fresh"],
-            ));
-        }
-        let j = &s["judgement"];
-        let reasons: Vec<&str> = j["reasons"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        out.push_str(&format!(
-            "  sampled {}: stale {}{}{}\n\n",
-            ago(&s["at"]),
-            mbps(&j["stale_bps"]),
-            j["ratio"]
-                .as_f64()
-                .map_or(String::new(), |r| format!(" = {r:.2}x fresh")),
-            if reasons.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", reasons.join("; "))
-            }
-        ));
     }
     out
 }
 
 /// After `now --wait`: what each request did, then the status table.
-pub fn render_now_done(requested: &Value, st: &Value) -> String {
+pub fn render_now_done(requested: &[NowAccepted], st: &StatusReply) -> String {
     let mut out = String::new();
-    for r in requested.as_array().into_iter().flatten() {
-        let dev = r["device"].as_str().unwrap_or("?");
-        let d = st["drives"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|d| d["device"] == dev);
-        if let Some(what) = d.and_then(|d| d["last_request"].as_str()) {
-            out.push_str(&format!("{dev}: {what}\n"));
+    for r in requested {
+        let d = st.drives.iter().find(|d| d.device == r.device);
+        if let Some(what) = d.and_then(|d| d.last_request.as_deref()) {
+            out.push_str(&format!("{}: {what}\n", r.device));
         }
     }
     out.push_str(&render_status(st));
@@ -375,13 +387,12 @@ pub fn render_now_done(requested: &Value, st: &Value) -> String {
 }
 
 /// `now --wait`: follows the drives' progress until the requests are done.
-pub fn wait(client: &mut Client, requested: &Value, show_bar: bool) -> Result<Value, ClientError> {
-    let targets: Vec<(String, u64)> = requested
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| Some((r["device"].as_str()?.to_string(), r["request"].as_u64()?)))
-        .collect();
+/// Returns the last status, typed and as it came.
+pub fn wait(
+    client: &mut Client,
+    requested: &[NowAccepted],
+    show_bar: bool,
+) -> Result<(StatusReply, Value), ClientError> {
     let bar = show_bar.then(|| {
         let pb = indicatif::ProgressBar::new(0);
         pb.set_style(
@@ -393,22 +404,21 @@ pub fn wait(client: &mut Client, requested: &Value, show_bar: bool) -> Result<Va
         pb
     });
     loop {
-        let st = client.call(Verb::Status {})?;
-        let drives = st["drives"].as_array().cloned().unwrap_or_default();
+        let (st, raw): (StatusReply, Value) = client.call_as(Verb::Status {})?;
         let mut all_done = true;
-        for (dev, req) in &targets {
-            let Some(d) = drives.iter().find(|d| d["device"] == dev.as_str()) else {
+        for r in requested {
+            let Some(d) = st.drives.iter().find(|d| d.device == r.device) else {
                 continue;
             };
-            if d["completed"].as_u64().unwrap_or(0) < *req {
+            if d.completed < r.request {
                 all_done = false;
             }
-            if let (Some(pb), Some(p)) = (&bar, d["refresh"].as_object()) {
-                pb.set_length(p["bytes_total"].as_u64().unwrap_or(0));
-                pb.set_position(p["bytes_done"].as_u64().unwrap_or(0));
+            if let (Some(pb), Some(p)) = (&bar, &d.refresh) {
+                pb.set_length(p.bytes_total);
+                pb.set_position(p.bytes_done);
                 pb.set_message(format!(
-                    "{dev} {}/{} files",
-                    p["files_done"], p["files_total"]
+                    "{} {}/{} files",
+                    r.device, p.files_done, p.files_total
                 ));
             }
         }
@@ -416,7 +426,7 @@ pub fn wait(client: &mut Client, requested: &Value, show_bar: bool) -> Result<Va
             if let Some(pb) = bar {
                 pb.finish_and_clear();
             }
-            return Ok(st);
+            return Ok((st, raw));
         }
         std::thread::sleep(Duration::from_millis(300));
     }

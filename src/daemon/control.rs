@@ -9,14 +9,23 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
 use super::shared::{DriveCell, NowRequest};
 use super::Shared;
 use crate::config::Config;
+use crate::protocol::replies::{
+    DriveEntry, DriveStatusReply, NowAccepted, PauseReply, PlanReply, SampleSummary, StatusReply,
+    SurveyReply, UnwatchedTree, YieldingNow,
+};
 use crate::protocol::{self, Response, Verb, MAX_LINE};
+
+/// A reply as the wire's JSON (these types always serialize).
+fn to_value<T: serde::Serialize>(reply: T) -> Value {
+    serde_json::to_value(reply).unwrap_or(Value::Null)
+}
 
 /// Binds the socket: its directory is created (0755) if missing, a stale
 /// socket file is replaced, a live one is an error; mode 0600 (0660 and
@@ -167,15 +176,15 @@ fn handle(text: &str, peer: Peer, shared: &Shared) -> Response {
         ));
     }
     let resp = match &verb {
-        Verb::Status {} => Ok(status(shared)),
-        Verb::Drives {} => Ok(drives(shared)),
-        Verb::Plan {} => Ok(plan(shared)),
-        Verb::Survey {} => Ok(survey(shared)),
+        Verb::Status {} => Ok(to_value(status(shared))),
+        Verb::Drives {} => Ok(to_value(drives(shared))),
+        Verb::Plan {} => Ok(to_value(plan(shared))),
+        Verb::Survey {} => Ok(to_value(survey(shared))),
         Verb::Now { drive, path, force } => {
-            now(shared, &cfg, drive.as_deref(), path.as_deref(), *force)
+            now(shared, &cfg, drive.as_deref(), path.as_deref(), *force).map(to_value)
         }
-        Verb::Pause { drive } => pause(shared, drive.as_deref(), true),
-        Verb::Resume { drive } => pause(shared, drive.as_deref(), false),
+        Verb::Pause { drive } => pause(shared, drive.as_deref(), true).map(to_value),
+        Verb::Resume { drive } => pause(shared, drive.as_deref(), false).map(to_value),
     };
     match resp {
         Ok(v) => {
@@ -200,106 +209,99 @@ fn count(shared: &Shared, verb: &str, result: &str) {
         .inc();
 }
 
-fn status(shared: &Shared) -> Value {
-    let drives: Vec<Value> = shared
+fn status(shared: &Shared) -> StatusReply {
+    let drives = shared
         .drives
         .iter()
         .map(|c| {
             let st = c.lock();
-            json!({
-                "device": c.label,
-                "state": st.health.state.name(),
-                "waiting": st.waiting,
-                "diagnosis": st.diagnosis,
-                "paused": c.paused.load(Ordering::Relaxed),
-                "files": st.files,
-                "stale_files": st.stale_files,
-                "stale_bytes": st.stale_bytes,
-                "last_scan": st.last_scan,
-                "last_sample": st.last_sample.as_ref().map(|s| json!({
-                    "at": s.at,
-                    "stale_bps": s.judgement.stale_bps,
-                    "fresh_bps": s.judgement.fresh_bps,
-                    "ratio": s.judgement.ratio,
-                    "reasons": s.judgement.reasons,
-                    "reference": s.judgement.reference,
-                    "unjudged": s.judgement.unjudged,
-                    "slow": s.judgement.slow,
-                })),
-                "refresh": st.refresh,
-                "yielding": c.pace.yielding().map(|y| json!({
-                    "since": y.since,
-                    "reason": y.reason,
-                })),
-                "yielded_seconds": c.pace.yielded().as_secs_f64(),
-                "last_refresh": st.last_refresh,
-                "requests": st.requests,
-                "completed": st.completed,
-                "last_request": st.last_request,
-                "error": st.error,
-            })
+            DriveStatusReply {
+                device: c.label.clone(),
+                state: st.health.state,
+                waiting: st.waiting.map(str::to_string),
+                diagnosis: st.diagnosis.clone(),
+                paused: c.paused.load(Ordering::Relaxed),
+                files: st.files,
+                stale_files: st.stale_files,
+                stale_bytes: st.stale_bytes,
+                last_scan: st.last_scan,
+                last_sample: st
+                    .last_sample
+                    .as_ref()
+                    .map(|s| SampleSummary::of(s.at, &s.judgement)),
+                refresh: st.refresh.clone(),
+                yielding: c.pace.yielding().map(|y| YieldingNow {
+                    since: y.since,
+                    reason: y.reason,
+                }),
+                yielded_seconds: c.pace.yielded().as_secs_f64(),
+                last_refresh: st.last_refresh,
+                requests: st.requests,
+                completed: st.completed,
+                last_request: st.last_request.clone(),
+                error: st.error.clone(),
+            }
         })
         .collect();
-    json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "uptime_seconds": shared.started.elapsed().as_secs(),
-        "drives": drives,
-        "unwatched": unwatched(shared),
-    })
-}
-
-fn unwatched(shared: &Shared) -> Vec<Value> {
-    shared
-        .unwatched
-        .iter()
-        .map(|(p, why)| json!({"path": p, "reason": why}))
-        .collect()
+    StatusReply {
+        version: env!("CARGO_PKG_VERSION").into(),
+        uptime_seconds: shared.started.elapsed().as_secs(),
+        drives,
+        unwatched: shared
+            .unwatched
+            .iter()
+            .map(|(p, why)| UnwatchedTree {
+                path: p.clone(),
+                reason: why.clone(),
+            })
+            .collect(),
+    }
 }
 
 /// One entry per drive; a tree that cannot be watched is an entry of its
 /// own with `"device": "unwatched"` and the reason.
-fn drives(shared: &Shared) -> Value {
-    let watched = shared
+fn drives(shared: &Shared) -> Vec<DriveEntry> {
+    let watched = shared.drives.iter().map(|c| DriveEntry {
+        device: c.label.clone(),
+        drives: c.drives.clone(),
+        paths: c.roots.clone(),
+        error: None,
+    });
+    let unwatched = shared.unwatched.iter().map(|(p, why)| DriveEntry {
+        device: "unwatched".into(),
+        drives: vec![],
+        paths: vec![p.clone()],
+        error: Some(why.clone()),
+    });
+    watched.chain(unwatched).collect()
+}
+
+fn plan(shared: &Shared) -> Vec<PlanReply> {
+    shared
         .drives
         .iter()
-        .map(|c| json!({"device": c.label, "drives": c.drives, "paths": c.roots}));
-    let unwatched = shared
-        .unwatched
+        .map(|c| PlanReply {
+            device: c.label.clone(),
+            plan: c.lock().plan.clone(),
+        })
+        .collect()
+}
+
+fn survey(shared: &Shared) -> Vec<SurveyReply> {
+    shared
+        .drives
         .iter()
-        .map(|(p, why)| json!({"device": "unwatched", "drives": [], "paths": [p], "error": why}));
-    Value::Array(watched.chain(unwatched).collect())
-}
-
-fn plan(shared: &Shared) -> Value {
-    Value::Array(
-        shared
-            .drives
-            .iter()
-            .map(|c| {
-                let st = c.lock();
-                json!({"device": c.label, "plan": st.plan})
-            })
-            .collect(),
-    )
-}
-
-fn survey(shared: &Shared) -> Value {
-    Value::Array(
-        shared
-            .drives
-            .iter()
-            .map(|c| {
-                let st = c.lock();
-                json!({
-                    "device": c.label,
-                    "drives": c.drives,
-                    "paths": c.roots,
-                    "state": st.health.state.name(),
-                    "sample": st.last_sample,
-                })
-            })
-            .collect(),
-    )
+        .map(|c| {
+            let st = c.lock();
+            SurveyReply {
+                device: c.label.clone(),
+                drives: c.drives.clone(),
+                paths: c.roots.clone(),
+                state: st.health.state,
+                sample: st.last_sample.clone(),
+            }
+        })
+        .collect()
 }
 
 /// A path from a request: absolute, no NUL, no `..`, under a configured tree.
@@ -326,7 +328,7 @@ fn now(
     drive: Option<&str>,
     path: Option<&str>,
     force: bool,
-) -> Result<Value, String> {
+) -> Result<Vec<NowAccepted>, String> {
     let path = path.map(|p| check_path(cfg, p)).transpose()?;
     let cells: Vec<_> = match (drive, &path) {
         (Some(_), _) => cells_for(shared, drive)?,
@@ -350,11 +352,14 @@ fn now(
             force: force || prev.force,
             path: path.clone().or(prev.path),
         });
-        out.push(json!({"device": c.label, "request": st.requests}));
+        out.push(NowAccepted {
+            device: c.label.clone(),
+            request: st.requests,
+        });
         drop(st);
         c.poke();
     }
-    Ok(Value::Array(out))
+    Ok(out)
 }
 
 /// The drive a request names, or all of them.
@@ -368,7 +373,7 @@ fn cells_for(shared: &Shared, drive: Option<&str>) -> Result<Vec<Arc<DriveCell>>
     }
 }
 
-fn pause(shared: &Shared, drive: Option<&str>, on: bool) -> Result<Value, String> {
+fn pause(shared: &Shared, drive: Option<&str>, on: bool) -> Result<Vec<PauseReply>, String> {
     let mut out = vec![];
     for c in cells_for(shared, drive)? {
         c.paused.store(on, Ordering::Relaxed);
@@ -377,7 +382,10 @@ fn pause(shared: &Shared, drive: Option<&str>, on: bool) -> Result<Value, String
             c.cancel.store(true, Ordering::Relaxed);
         }
         c.poke();
-        out.push(json!({"device": c.label, "paused": on}));
+        out.push(PauseReply {
+            device: c.label.clone(),
+            paused: on,
+        });
     }
-    Ok(Value::Array(out))
+    Ok(out)
 }

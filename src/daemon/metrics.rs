@@ -243,12 +243,17 @@ impl Metrics {
         self.lease_exposed.get_or_create(&dev).inc_by(0);
         self.yield_seconds.get_or_create(&dev).inc_by(0.0);
         self.yielding.get_or_create(&dev).set(0);
-        for outcome in ["refreshed", "interrupted", "failed"] {
+        // Failures by their stable reason, so `increase()` sees the first.
+        let failed = crate::engine::report::FailKind::ALL.map(|k| ("failed", k.as_str()));
+        for (outcome, reason) in [("refreshed", ""), ("interrupted", "")]
+            .into_iter()
+            .chain(failed)
+        {
             self.files
                 .get_or_create(&DevOutcome {
                     device: device.into(),
                     outcome: outcome.into(),
-                    reason: String::new(),
+                    reason: reason.into(),
                 })
                 .inc_by(0);
         }
@@ -293,10 +298,7 @@ impl Metrics {
                     .unwrap_or_default(),
             ),
             Outcome::Interrupted { .. } => ("interrupted", String::new()),
-            Outcome::Failed { .. } if !report.lease_exposed.is_empty() => {
-                ("failed", "lease_revoked".to_string())
-            }
-            Outcome::Failed { .. } => ("failed", String::new()),
+            Outcome::Failed { kind, .. } => ("failed", kind.as_str().to_string()),
         };
         self.files
             .get_or_create(&DevOutcome {
@@ -392,9 +394,7 @@ mod tests {
         let m = Metrics::new();
         let mut r = FileReport::new(
             "/srv/a".into(),
-            Outcome::Failed {
-                reason: "revoked".into(),
-            },
+            Outcome::failed(crate::engine::report::FailKind::LeaseRevoked, "revoked"),
         );
         r.lease_exposed = vec![Range {
             offset: 0,
@@ -409,5 +409,32 @@ mod tests {
         );
         assert!(text.contains("reason=\"lease_revoked\""), "{text}");
         assert!(!text.contains("/srv/"), "no file names in labels");
+    }
+
+    #[test]
+    fn every_failure_has_a_stable_reason_label_from_the_first_scrape() {
+        use crate::engine::report::FailKind;
+        let m = Metrics::new();
+        m.init_drive("sdx");
+        let text = m.encode();
+        for k in FailKind::ALL {
+            let series = format!(
+                "refreshd_refresh_files_total{{device=\"sdx\",outcome=\"failed\",reason=\"{}\"}} 0",
+                k.as_str()
+            );
+            assert!(text.contains(&series), "{series} missing: {text}");
+        }
+        assert!(
+            !text.contains("outcome=\"failed\",reason=\"\""),
+            "no empty reason"
+        );
+        let r = FileReport::new(
+            "/srv/a".into(),
+            Outcome::failed(FailKind::NoSpace, "ENOSPC"),
+        );
+        m.record_report("sdx", &r);
+        assert!(m.encode().contains(
+            "refreshd_refresh_files_total{device=\"sdx\",outcome=\"failed\",reason=\"no_space\"} 1"
+        ));
     }
 }

@@ -167,6 +167,8 @@ pub fn run(
     st.refresh = None;
     if finished {
         st.last_refresh = Some(end);
+        // Done: the plan shown is the next scan's, not this one's.
+        st.plan = Default::default();
     }
     tracing::info!(
         finished,
@@ -247,10 +249,15 @@ impl Round<'_> {
                     if let Some(p) = st.refresh.as_mut() {
                         p.bytes_done = base + d;
                         let el = self.started.elapsed().as_secs_f64();
-                        if p.bytes_done > 0 && el > 1.0 {
+                        // After 10 s, from the average rate so far, smoothed
+                        // (yielding makes the rate swing): a steady ETA.
+                        if p.bytes_done > 0 && el > 10.0 {
                             let rate = p.bytes_done as f64 / el;
-                            p.eta_seconds =
-                                Some(p.bytes_total.saturating_sub(p.bytes_done) as f64 / rate);
+                            let raw = p.bytes_total.saturating_sub(p.bytes_done) as f64 / rate;
+                            p.eta_seconds = Some(match p.eta_seconds {
+                                Some(e) => 0.8 * (e - 0.5).max(0.0) + 0.2 * raw,
+                                None => raw,
+                            });
                         }
                     }
                 }
@@ -258,6 +265,7 @@ impl Round<'_> {
                     return FileReport::new(
                         rec.path.clone(),
                         Outcome::Failed {
+                            kind: crate::engine::report::FailKind::Internal,
                             reason: "the I/O thread stopped".into(),
                         },
                     )
@@ -298,7 +306,7 @@ impl Round<'_> {
                 }
                 tracing::info!(path = ?rec.path, %detail, "skipped");
             }
-            Outcome::Failed { reason } => {
+            Outcome::Failed { reason, .. } => {
                 let _ = store.clear_checkpoint(rec.dev, rec.ino);
                 tracing::warn!(path = ?rec.path, %reason, "failed");
             }

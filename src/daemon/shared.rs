@@ -11,8 +11,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::drive::Drive;
-use crate::policy::{Health, Judgement, Plan};
-use crate::sampler::DriveSample;
+use crate::policy::{Health, Plan};
 
 /// State shared by the workers, the control server and the metrics.
 #[derive(Debug)]
@@ -119,25 +118,7 @@ impl Shared {
     }
 }
 
-/// A refresh in progress.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Progress {
-    pub files_total: u64,
-    pub files_done: u64,
-    pub bytes_total: u64,
-    pub bytes_done: u64,
-    pub started: i64,
-    pub forced: bool,
-    pub eta_seconds: Option<f64>,
-}
-
-/// The last sampling round.
-#[derive(Debug, Clone, Serialize)]
-pub struct SampleRecord {
-    pub at: i64,
-    pub sample: DriveSample,
-    pub judgement: Judgement,
-}
+pub use crate::protocol::replies::{Progress, SampleRecord};
 
 /// What `refreshctl now` asked for.
 #[derive(Debug, Clone, Default)]

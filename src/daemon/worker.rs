@@ -239,6 +239,18 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
 /// Opens the state database, retrying with backoff (1 s doubling to 60 s)
 /// while it fails: the drive shows the error in `refreshctl status` and
 /// `refreshd_store_up{device} 0` until it opens. `None` when stopping.
+/// When a file under the drive's trees was last refreshed, from the
+/// database (the status after a restart).
+fn last_refresh(store: &Store, cell: &DriveCell) -> Option<i64> {
+    let mut last: Option<i64> = None;
+    for root in &cell.roots {
+        let _ = store.for_each_file(root, &mut |f| {
+            last = last.max(f.last_refresh);
+        });
+    }
+    last
+}
+
 fn open_store(shared: &Shared, cell: &DriveCell) -> Option<Store> {
     let mut backoff = Duration::from_secs(1);
     let up = shared.metrics.store_up.get_or_create(&super::metrics::Dev {
@@ -248,7 +260,12 @@ fn open_store(shared: &Shared, cell: &DriveCell) -> Option<Store> {
         match Store::open(&shared.config().state_dir) {
             Ok(s) => {
                 up.set(1);
+                let last = last_refresh(&s, cell);
                 let mut st = cell.lock();
+                if st.last_refresh.is_none() {
+                    // After a restart: what the database remembers.
+                    st.last_refresh = last;
+                }
                 if st
                     .error
                     .as_deref()

@@ -23,7 +23,7 @@ use super::fileio::Ring;
 use super::guard::{self, Opened, Refusal, Target};
 use super::lease::{self, LeaseClock};
 use super::pace::{DeviceCounters, OwnIo, PaceConfig, Pacer, SysBlock};
-use super::report::{FileReport, Outcome, Range, SkipReason};
+use super::report::{FailKind, FileReport, Outcome, Range, SkipReason};
 use super::throttle::Throttle;
 use super::{inplace, relocate, EngineConfig, EngineError, Progress};
 use crate::config::Strategy;
@@ -140,6 +140,7 @@ impl IoThread {
             FileReport::new(
                 t.display.clone(),
                 Outcome::Failed {
+                    kind: FailKind::Internal,
                     reason: format!("internal error (panic): {what}"),
                 },
             )
@@ -217,7 +218,7 @@ fn open(t: &Target, cfg: &EngineConfig) -> Result<(Opened, bool), Box<FileReport
             tracing::warn!(%reason, "failed");
             Err(Box::new(FileReport::new(
                 t.display.clone(),
-                Outcome::Failed { reason },
+                Outcome::failed(FailKind::Io, reason),
             )))
         }
     }
@@ -264,6 +265,7 @@ fn refresh_file(
         match io.ring.file(fd) {
             Err(e) => Done::new(
                 Outcome::Failed {
+                    kind: FailKind::Internal,
                     reason: format!("I/O ring unusable: {e}"),
                 },
                 false,
@@ -339,21 +341,24 @@ fn finish(
     record: &mut Option<Record>,
 ) -> Outcome {
     let fd = o.fd.as_fd();
-    let mut failure: Option<String> = None;
+    let mut failure: Option<(FailKind, String)> = None;
     // The record is settled once the times are back, or once we know they
     // must never be put back; a failed restore keeps it for recovery.
     let mut settled = true;
     if !report.lease_exposed.is_empty() {
         let total: u64 = report.lease_exposed.iter().map(|r| r.len).sum();
         let first = report.lease_exposed[0];
-        failure = Some(format!(
-            "the kernel may have revoked the lease (lease-break-time {} s) while {} write(s) \
+        failure = Some((
+            FailKind::LeaseRevoked,
+            format!(
+                "the kernel may have revoked the lease (lease-break-time {} s) while {} write(s) \
              of {total} bytes were in flight; first at offset {} length {}: another process \
              may have written there before them; mtime left as it is",
-            clock.break_time().as_secs(),
-            report.lease_exposed.len(),
-            first.offset,
-            first.len
+                clock.break_time().as_secs(),
+                report.lease_exposed.len(),
+                first.offset,
+                first.len
+            ),
         ));
     }
     if done.wrote_in_place && !cfg.unsafe_switches.no_time_restore {
@@ -361,19 +366,20 @@ fn finish(
             // Never put an old mtime over somebody's newer write.
         } else if clock.still_ours(TIMES_MARGIN) {
             if let Err(e) = rustix::fs::futimens(fd, &o.meta.timestamps()) {
-                failure = Some(format!("restoring atime/mtime: {e}"));
+                failure = Some((FailKind::Io, format!("restoring atime/mtime: {e}")));
                 settled = false;
             }
         } else {
-            failure = Some(
+            failure = Some((
+                FailKind::LeaseRevoked,
                 "the lease may have been revoked before the timestamps could be restored; \
                  mtime left as it is"
                     .into(),
-            );
+            ));
         }
     }
     if let Err(e) = rustix::fs::fsync(fd) {
-        failure.get_or_insert(format!("fsync: {}", io::Error::from(e)));
+        failure.get_or_insert((FailKind::Io, format!("fsync: {}", io::Error::from(e))));
     }
     if settled {
         if let Some(r) = record.take() {
@@ -384,11 +390,11 @@ fn finish(
     }
     if done.wrote_in_place && report.lease_exposed.is_empty() {
         if let Some(msg) = layout_changed(&o.meta, fd) {
-            failure.get_or_insert(msg);
+            failure.get_or_insert((FailKind::LayoutChanged, msg));
         }
     }
     match failure {
-        Some(reason) => Outcome::Failed { reason },
+        Some((kind, reason)) => Outcome::Failed { kind, reason },
         None => done.outcome,
     }
 }

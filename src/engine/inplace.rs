@@ -3,6 +3,7 @@
 //! pieces exactly through the page cache. Timestamps, sync and the layout
 //! check are the driver's.
 
+use crate::engine::report::FailKind;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -112,7 +113,7 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
     };
     if !align.is_power_of_two() || align > cfg.chunk {
         let reason = format!("unusable direct-I/O alignment {align}");
-        return Done::new(Outcome::Failed { reason }, false);
+        return Done::new(Outcome::failed(FailKind::Io, reason), false);
     }
     let chunk = super::throttle::chunk_for_rate(cfg.chunk, job.throttle.rate(), align);
     let params = PlanParams {
@@ -125,7 +126,7 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
     };
     let p = match plan::for_file(fd, &params) {
         Ok(p) => p,
-        Err(reason) => return Done::new(Outcome::Failed { reason }, false),
+        Err(reason) => return Done::new(Outcome::failed(FailKind::Io, reason), false),
     };
     job.report.excluded = p.excluded;
     job.report.bytes_planned = p.bytes();
@@ -151,7 +152,7 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
                 Err(e) => {
                     let reason =
                         format!("writing the recovery journal in {}: {e}", j.dir().display());
-                    return Done::new(Outcome::Failed { reason }, false);
+                    return Done::new(Outcome::failed(FailKind::Journal, reason), false);
                 }
             }
         }
@@ -207,7 +208,13 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
         .collect();
     let mut stop = r.stop;
     let mut resume = r.resume_offset;
-    let mut failure = r.error.map(|e| e.to_string());
+    let mut failure = r.error.map(|e| {
+        let kind = match e {
+            super::exec::ExecError::Verify { .. } => FailKind::Verify,
+            _ => FailKind::Io,
+        };
+        (kind, e.to_string())
+    });
 
     if stop.is_none() && failure.is_none() && !buffered.is_empty() {
         let mut b = Buffered {
@@ -227,11 +234,11 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
                 stop = Some(why);
                 resume = Some(offset);
             }
-            Err(BufferedError::Io(e)) => failure = Some(e),
+            Err(BufferedError::Io(e)) => failure = Some((FailKind::Io, e)),
         }
     }
-    let outcome = if let Some(reason) = failure {
-        Outcome::Failed { reason }
+    let outcome = if let Some((kind, reason)) = failure {
+        Outcome::Failed { kind, reason }
     } else if let Some(why) = stop {
         Outcome::Interrupted {
             offset: resume.unwrap_or(0),

@@ -245,6 +245,7 @@ impl Engine {
                 let _ = job.reply.send(FileReport::new(
                     display,
                     Outcome::Failed {
+                        kind: crate::engine::report::FailKind::Internal,
                         reason: "the I/O thread has stopped".into(),
                     },
                 ));
@@ -260,6 +261,7 @@ impl Engine {
             FileReport::new(
                 display,
                 Outcome::Failed {
+                    kind: crate::engine::report::FailKind::Internal,
                     reason: "the I/O thread has stopped".into(),
                 },
             )

@@ -76,6 +76,57 @@ pub fn safe_path(p: &std::path::Path) -> String {
     }
 }
 
+/// Why a file failed, as a stable label (`failure` in JSON, `reason` in
+/// the metric `refreshd_refresh_files_total{outcome="failed"}`); the
+/// outcome's `reason` says it in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailKind {
+    /// A read, write, sync or system call failed (EIO, an unusable file).
+    Io,
+    /// No space (ENOSPC) or quota (EDQUOT) for relocation's copy.
+    NoSpace,
+    /// Ranges could not be read: left unwritten.
+    Unreadable,
+    /// A chunk read back differently twice (`--verify`).
+    Verify,
+    /// The kernel may have revoked the lease with writes in flight, or
+    /// before the times could be put back: the mtime is left moved.
+    LeaseRevoked,
+    /// The file's layout changed during the refresh.
+    LayoutChanged,
+    /// The recovery journal could not be written: nothing was written.
+    Journal,
+    /// refreshd itself: a panic, a broken I/O ring, a stopped I/O thread.
+    Internal,
+}
+
+impl FailKind {
+    pub const ALL: [FailKind; 8] = [
+        FailKind::Io,
+        FailKind::NoSpace,
+        FailKind::Unreadable,
+        FailKind::Verify,
+        FailKind::LeaseRevoked,
+        FailKind::LayoutChanged,
+        FailKind::Journal,
+        FailKind::Internal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailKind::Io => "io",
+            FailKind::NoSpace => "no_space",
+            FailKind::Unreadable => "unreadable",
+            FailKind::Verify => "verify",
+            FailKind::LeaseRevoked => "lease_revoked",
+            FailKind::LayoutChanged => "layout_changed",
+            FailKind::Journal => "journal",
+            FailKind::Internal => "internal",
+        }
+    }
+}
+
 /// How a file ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -93,8 +144,19 @@ pub enum Outcome {
         reason: String,
     },
     Failed {
+        #[serde(rename = "failure")]
+        kind: FailKind,
         reason: String,
     },
+}
+
+impl Outcome {
+    pub fn failed(kind: FailKind, reason: impl Into<String>) -> Outcome {
+        Outcome::Failed {
+            kind,
+            reason: reason.into(),
+        }
+    }
 }
 
 /// A byte range of a file.
@@ -177,15 +239,16 @@ impl FileReport {
     pub fn done_outcome(&self) -> Outcome {
         match self.read_errors.first() {
             None => Outcome::Refreshed,
-            Some(first) => Outcome::Failed {
-                reason: format!(
+            Some(first) => Outcome::failed(
+                FailKind::Unreadable,
+                format!(
                     "{} unreadable range(s), left unwritten; first at offset {} length {}: {}",
                     self.read_errors.len(),
                     first.offset,
                     first.len,
                     first.error
                 ),
-            },
+            ),
         }
     }
 
@@ -235,7 +298,7 @@ impl FileReport {
                 "interrupted {p} at offset {offset}: {reason} ({} refreshed)",
                 format_size(self.bytes_refreshed)
             ),
-            Outcome::Failed { reason } => format!("failed      {p}: {reason}"),
+            Outcome::Failed { reason, .. } => format!("failed      {p}: {reason}"),
         }
     }
 

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rustix::fs::{openat2, Mode, OFlags, ResolveFlags, CWD};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::backend::{open_backend, Op};
 use crate::engine::buffers::BufferPool;
@@ -69,7 +69,7 @@ pub fn bucket_label(i: usize) -> String {
 }
 
 /// p25/p50/p75/p95 and mean, the columns of the table in docs/DESIGN.md.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Percentiles {
     pub p25: f64,
     pub p50: f64,
@@ -104,7 +104,7 @@ impl Percentiles {
 }
 
 /// What one set of reads measured.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Measurement {
     /// Sequential throughput per region, bytes/s.
     pub throughput: Option<Percentiles>,
@@ -125,7 +125,7 @@ impl Measurement {
 }
 
 /// One data-age bucket of a drive.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BucketSample {
     pub label: String,
     pub min_months: f64,
@@ -136,7 +136,7 @@ pub struct BucketSample {
 }
 
 /// A round on one drive.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DriveSample {
     pub fresh: Option<Measurement>,
     /// Why there is no fresh reference, if there is none.

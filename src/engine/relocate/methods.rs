@@ -2,6 +2,7 @@
 //! their refusals mean: ext4's `EXT4_IOC_MOVE_EXT` into a donor file, and
 //! XFS/btrfs `FIDEDUPERANGE` from a temporary copy. See the parent module.
 
+use crate::engine::report::FailKind;
 use std::io;
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -38,14 +39,14 @@ impl Relocator<'_, '_> {
         // unreadable block is reported and its chunk left where it is.
         let failed = match self.read_chunk(c, false) {
             Ok(f) => f,
-            Err(e) => return fail(format!("reading at offset {}: {e}", c.offset)),
+            Err(e) => return fail(FailKind::Io, format!("reading at offset {}: {e}", c.offset)),
         };
         if !failed.is_empty() {
             return match self.narrow(&failed, false) {
                 Ok(bad) if !bad.is_empty() => ChunkResult::ReadErrors(bad),
                 // Readable on the second try: leave it for the next run.
                 Ok(_) => ChunkResult::Changed,
-                Err(e) => fail(format!("reading at offset {}: {e}", c.offset)),
+                Err(e) => fail(FailKind::Io, format!("reading at offset {}: {e}", c.offset)),
             };
         }
         let b0 = c.offset / self.block;
@@ -56,11 +57,14 @@ impl Relocator<'_, '_> {
             b0 * self.block,
             blocks * self.block,
         ) {
-            return fail(format!(
-                "allocating {} bytes of donor blocks: {}",
-                blocks * self.block,
-                io::Error::from(e)
-            ));
+            let e = io::Error::from(e);
+            return fail(
+                space_or_io(&e),
+                format!(
+                    "allocating {} bytes of donor blocks: {e}",
+                    blocks * self.block
+                ),
+            );
         }
         let mut moved = 0;
         let mut busy = 0;
@@ -69,7 +73,12 @@ impl Relocator<'_, '_> {
         while moved < blocks {
             let n = step.min(blocks - moved);
             match sys::move_extents(self.orig, self.temp.as_fd(), b0 + moved, n) {
-                Ok(0) => return fail(format!("MOVE_EXT made no progress at offset {}", c.offset)),
+                Ok(0) => {
+                    return fail(
+                        FailKind::Io,
+                        format!("MOVE_EXT made no progress at offset {}", c.offset),
+                    )
+                }
                 Ok(n) => moved += n,
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) && busy < 40 => {
                     // Pages under writeback: wait for it, then smaller units.
@@ -92,10 +101,10 @@ impl Relocator<'_, '_> {
                     return ChunkResult::Changed; // truncated meanwhile
                 }
                 Err(e) if is_space(&e) => {
-                    return fail(format!(
-                        "MOVE_EXT at offset {}: {e}",
-                        (b0 + moved) * self.block
-                    ))
+                    return fail(
+                        FailKind::NoSpace,
+                        format!("MOVE_EXT at offset {}: {e}", (b0 + moved) * self.block),
+                    )
                 }
                 Err(e) => {
                     self.moved += moved * self.block;
@@ -106,7 +115,7 @@ impl Relocator<'_, '_> {
         self.moved += c.len;
         // The kernel copied through the page cache: make it durable.
         if let Err(e) = rustix::fs::fdatasync(self.orig) {
-            return fail(format!("fdatasync: {}", io::Error::from(e)));
+            return fail(FailKind::Io, format!("fdatasync: {}", io::Error::from(e)));
         }
         ChunkResult::Moved
     }
@@ -123,17 +132,17 @@ impl Relocator<'_, '_> {
             Ok(bad) if !bad.is_empty() => return ChunkResult::ReadErrors(bad),
             Ok(_) => {}
             Err(e) => {
-                return fail(format!(
-                    "writing the temporary copy at offset {}: {e}",
-                    c.offset
-                ))
+                return fail(
+                    space_or_io(&e),
+                    format!("writing the temporary copy at offset {}: {e}", c.offset),
+                )
             }
         }
         if let Err(e) = rustix::fs::fdatasync(&self.temp) {
-            return fail(format!(
-                "fdatasync of the temporary copy: {}",
-                io::Error::from(e)
-            ));
+            return fail(
+                FailKind::Io,
+                format!("fdatasync of the temporary copy: {}", io::Error::from(e)),
+            );
         }
         // Checked after the copy was read: a hole punched (or a range
         // zeroed) before our read reads as zeros, which the kernel would
@@ -143,13 +152,21 @@ impl Relocator<'_, '_> {
             _ if self.no_layout_recheck => {}
             Ok(true) => {}
             Ok(false) => return ChunkResult::Changed,
-            Err(e) => return fail(format!("checking the layout at offset {}: {e}", c.offset)),
+            Err(e) => {
+                return fail(
+                    FailKind::Io,
+                    format!("checking the layout at offset {}: {e}", c.offset),
+                )
+            }
         }
         let mut pos = c.offset;
         while pos < c.end() {
             match sys::dedupe(self.temp.as_fd(), self.orig, pos, c.end() - pos) {
                 Ok(Dedupe::Same(0)) => {
-                    return fail(format!("FIDEDUPERANGE made no progress at offset {pos}"))
+                    return fail(
+                        FailKind::Io,
+                        format!("FIDEDUPERANGE made no progress at offset {pos}"),
+                    )
                 }
                 Ok(Dedupe::Same(n)) => {
                     pos += n;
@@ -159,10 +176,13 @@ impl Relocator<'_, '_> {
                 // The file was truncated or its EOF moved under us.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return ChunkResult::Changed,
                 Err(e) if is_space(&e) => {
-                    return fail(format!("FIDEDUPERANGE at offset {pos}: {e}"))
+                    return fail(
+                        FailKind::NoSpace,
+                        format!("FIDEDUPERANGE at offset {pos}: {e}"),
+                    )
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EIO) => {
-                    return fail(format!("FIDEDUPERANGE at offset {pos}: {e}"))
+                    return fail(FailKind::Io, format!("FIDEDUPERANGE at offset {pos}: {e}"))
                 }
                 Err(e) => return self.refused("FIDEDUPERANGE (reflink)", &e),
             }
@@ -171,8 +191,16 @@ impl Relocator<'_, '_> {
     }
 }
 
-fn fail(reason: String) -> ChunkResult {
-    ChunkResult::Stop(Outcome::Failed { reason })
+fn space_or_io(e: &io::Error) -> FailKind {
+    if is_space(e) {
+        FailKind::NoSpace
+    } else {
+        FailKind::Io
+    }
+}
+
+fn fail(kind: FailKind, reason: String) -> ChunkResult {
+    ChunkResult::Stop(Outcome::Failed { kind, reason })
 }
 
 fn is_space(e: &io::Error) -> bool {

@@ -24,6 +24,7 @@
 //! plan as in-place), and nothing here changes size, mtime or atime: the
 //! kernel's remap does not touch them and our reads use O_NOATIME.
 
+use crate::engine::report::FailKind;
 use std::collections::VecDeque;
 use std::io;
 use std::num::NonZeroU64;
@@ -328,7 +329,7 @@ fn relocate(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Outcome {
     };
     let p = match plan::for_file(orig, &params) {
         Ok(p) => p,
-        Err(reason) => return Outcome::Failed { reason },
+        Err(reason) => return Outcome::failed(FailKind::Io, reason),
     };
     job.report.excluded = p.excluded;
     job.report.bytes_planned = p.bytes();
@@ -374,6 +375,7 @@ fn relocate(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Outcome {
     };
     if let Err(e) = rustix::fs::ftruncate(&temp, o.meta.size) {
         return Outcome::Failed {
+            kind: crate::engine::report::FailKind::Io,
             reason: format!("sizing the temporary file: {}", io::Error::from(e)),
         };
     }
@@ -387,6 +389,7 @@ fn relocate(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Outcome {
     let fl = fcntl_getfl(orig).unwrap_or(OFlags::empty());
     if let Err(e) = fcntl_setfl(orig, fl - OFlags::DIRECT) {
         return Outcome::Failed {
+            kind: crate::engine::report::FailKind::Io,
             reason: format!("turning O_DIRECT off: {}", io::Error::from(e)),
         };
     }

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod replies;
+
 pub const VERSION: u32 = 1;
 /// Longest request line the daemon reads.
 pub const MAX_LINE: usize = 64 * 1024;

@@ -1,0 +1,238 @@
+//! What the daemon answers, typed: `daemon::control` builds these and
+//! `client` reads them, so the two cannot drift apart and still compile.
+//! The wire format is the JSON these serialize to, unchanged for
+//! `refreshctl --json` users since protocol version 1; fields are only
+//! ever added (with defaults, so an older daemon's answer still reads).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::drive::Drive;
+use crate::policy::{HealthState, Judgement, Plan, Reference};
+use crate::sampler::DriveSample;
+
+/// `status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatusReply {
+    pub version: String,
+    pub uptime_seconds: u64,
+    pub drives: Vec<DriveStatusReply>,
+    /// Configured trees that cannot be watched.
+    #[serde(default)]
+    pub unwatched: Vec<UnwatchedTree>,
+}
+
+/// One drive in `status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DriveStatusReply {
+    pub device: String,
+    pub state: HealthState,
+    /// Why a wanted refresh waits: "budget", "window", "paused".
+    pub waiting: Option<String>,
+    /// What the host sees about a slow drive.
+    #[serde(default)]
+    pub diagnosis: Vec<String>,
+    pub paused: bool,
+    pub files: u64,
+    pub stale_files: u64,
+    pub stale_bytes: u64,
+    pub last_scan: Option<i64>,
+    pub last_sample: Option<SampleSummary>,
+    pub refresh: Option<Progress>,
+    /// Whether the refresh yields to other I/O now, and why.
+    #[serde(default)]
+    pub yielding: Option<YieldingNow>,
+    /// Time spent yielding since the daemon started.
+    #[serde(default)]
+    pub yielded_seconds: f64,
+    pub last_refresh: Option<i64>,
+    /// `now` requests received and completed (for `--wait`).
+    pub requests: u64,
+    pub completed: u64,
+    /// What the last `now` did, in one line.
+    pub last_request: Option<String>,
+    pub error: Option<String>,
+}
+
+/// The last sample's verdict, in `status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SampleSummary {
+    pub at: i64,
+    pub stale_bps: Option<f64>,
+    pub fresh_bps: Option<f64>,
+    pub ratio: Option<f64>,
+    #[serde(default)]
+    pub reasons: Vec<String>,
+    pub reference: Option<Reference>,
+    pub unjudged: Option<String>,
+    pub slow: Option<String>,
+}
+
+impl SampleSummary {
+    pub fn of(at: i64, j: &Judgement) -> SampleSummary {
+        SampleSummary {
+            at,
+            stale_bps: j.stale_bps,
+            fresh_bps: j.fresh_bps,
+            ratio: j.ratio,
+            reasons: j.reasons.clone(),
+            reference: j.reference,
+            unjudged: j.unjudged.clone(),
+            slow: j.slow.clone(),
+        }
+    }
+}
+
+/// A refresh in progress.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Progress {
+    pub files_total: u64,
+    pub files_done: u64,
+    pub bytes_total: u64,
+    pub bytes_done: u64,
+    pub started: i64,
+    pub forced: bool,
+    pub eta_seconds: Option<f64>,
+}
+
+/// The refresh is yielding to other I/O.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct YieldingNow {
+    /// Unix time it started yielding.
+    pub since: i64,
+    pub reason: String,
+}
+
+/// A configured tree the daemon cannot watch.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UnwatchedTree {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// One entry of `drives`: a drive and its trees, or (`device`
+/// "unwatched", with `error`) a tree that cannot be watched.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DriveEntry {
+    pub device: String,
+    pub drives: Vec<Drive>,
+    pub paths: Vec<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One entry of `plan`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanReply {
+    pub device: String,
+    pub plan: Plan,
+}
+
+/// The last sampling round.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SampleRecord {
+    pub at: i64,
+    pub sample: DriveSample,
+    pub judgement: Judgement,
+}
+
+/// One entry of `survey`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SurveyReply {
+    pub device: String,
+    pub drives: Vec<Drive>,
+    pub paths: Vec<PathBuf>,
+    pub state: HealthState,
+    pub sample: Option<SampleRecord>,
+}
+
+/// One entry of `now`: the request number to wait for.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NowAccepted {
+    pub device: String,
+    pub request: u64,
+}
+
+/// One entry of `pause` and `resume`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PauseReply {
+    pub device: String,
+    pub paused: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drive() -> DriveStatusReply {
+        DriveStatusReply {
+            device: "sda".into(),
+            state: HealthState::Degraded,
+            waiting: Some("window".into()),
+            diagnosis: vec![],
+            paused: false,
+            files: 3,
+            stale_files: 2,
+            stale_bytes: 1 << 20,
+            last_scan: Some(1),
+            last_sample: None,
+            refresh: Some(Progress::default()),
+            yielding: None,
+            yielded_seconds: 0.0,
+            last_refresh: None,
+            requests: 1,
+            completed: 0,
+            last_request: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn status_keeps_the_version_1_wire_format() {
+        let v = serde_json::to_value(drive()).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        for k in [
+            "device",
+            "state",
+            "waiting",
+            "diagnosis",
+            "paused",
+            "files",
+            "stale_files",
+            "stale_bytes",
+            "last_scan",
+            "last_sample",
+            "refresh",
+            "last_refresh",
+            "requests",
+            "completed",
+            "last_request",
+            "error",
+        ] {
+            assert!(keys.contains(&k), "{k} gone from the wire: {keys:?}");
+        }
+        assert_eq!(v["state"], "degraded", "states keep their labels");
+        assert_eq!(v["refresh"]["eta_seconds"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn an_older_daemons_answer_still_reads() {
+        // Without the fields added since (yielding, unwatched…).
+        let mut v = serde_json::to_value(StatusReply {
+            version: "0.1.0".into(),
+            uptime_seconds: 5,
+            drives: vec![drive()],
+            unwatched: vec![],
+        })
+        .unwrap();
+        v.as_object_mut().unwrap().remove("unwatched");
+        let d = v["drives"][0].as_object_mut().unwrap();
+        d.remove("yielding");
+        d.remove("yielded_seconds");
+        d.remove("diagnosis");
+        let back: StatusReply = serde_json::from_value(v).unwrap();
+        assert_eq!(back.drives[0].device, "sda");
+        assert!(back.unwatched.is_empty());
+    }
+}
