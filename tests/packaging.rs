@@ -309,12 +309,13 @@ fn privileged_debian_package_contents_and_units() {
         "{conffiles}"
     );
     let has = |rel: &str| root.path().join(rel).exists();
+    let units = root.path().join("usr/lib/systemd/system");
     for rel in [
         "usr/bin/refreshd",
         "usr/bin/refreshctl",
         "etc/refreshd/refreshd.toml",
-        "lib/systemd/system/refreshd.service",
-        "lib/systemd/system/refreshd-refresh@.service",
+        "usr/lib/systemd/system/refreshd.service",
+        "usr/lib/systemd/system/refreshd-refresh@.service",
         "usr/share/bash-completion/completions/refreshd",
         "usr/share/bash-completion/completions/refreshctl",
         "usr/share/zsh/vendor-completions/_refreshd",
@@ -342,8 +343,7 @@ fn privileged_debian_package_contents_and_units() {
         );
     }
     // What the unit's Documentation= names is installed.
-    let unit =
-        std::fs::read_to_string(root.path().join("lib/systemd/system/refreshd.service")).unwrap();
+    let unit = std::fs::read_to_string(units.join("refreshd.service")).unwrap();
     assert!(unit.contains("ExecStart=/usr/bin/refreshd run"), "{unit}");
     let docs = unit
         .lines()
@@ -357,31 +357,84 @@ fn privileged_debian_package_contents_and_units() {
             );
         }
     }
-    // Release binaries: symbols kept, no DWARF debug info.
-    let bin = root.path().join("usr/bin/refreshd");
-    let size = std::fs::metadata(&bin).unwrap().len();
-    assert!(size < 25 << 20, "refreshd is {size} bytes");
-    let sections = Command::new("readelf")
-        .arg("-S")
-        .arg(&bin)
-        .output()
+    // Stripped binaries; their symbols and line tables in refreshd-dbgsym,
+    // found by build id (what a crash report's symbolizer looks up).
+    let ddeb = deb.with_file_name(
+        deb.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace("refreshd_", "refreshd-dbgsym_")
+            .replace(".deb", ".ddeb"),
+    );
+    let dbg = tempfile::tempdir().unwrap();
+    let ok = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&ddeb)
+        .arg(dbg.path())
+        .status()
         .unwrap();
-    let sections = String::from_utf8_lossy(&sections.stdout);
-    assert!(!sections.contains(".debug_info"), "debug info left in");
-    assert!(sections.contains(".symtab"), "symbols stripped");
-    for u in ["refreshd.service", "refreshd-refresh@srv-index.service"] {
-        let path = root.path().join("lib/systemd/system").join(u);
-        if !path.exists() {
-            std::fs::copy(
-                root.path()
-                    .join("lib/systemd/system/refreshd-refresh@.service"),
-                &path,
-            )
+    assert!(ok.success(), "{}", ddeb.display());
+    for exe in ["refreshd", "refreshctl"] {
+        let bin = root.path().join("usr/bin").join(exe);
+        let size = std::fs::metadata(&bin).unwrap().len();
+        assert!(size < 25 << 20, "{exe} is {size} bytes");
+        let sections = Command::new("readelf")
+            .arg("-S")
+            .arg(&bin)
+            .output()
             .unwrap();
-        }
+        let sections = String::from_utf8_lossy(&sections.stdout);
+        assert!(
+            !sections.contains(".debug_info"),
+            "{exe}: debug info left in"
+        );
+        let notes = Command::new("readelf")
+            .arg("-n")
+            .arg(&bin)
+            .output()
+            .unwrap();
+        let notes = String::from_utf8_lossy(&notes.stdout);
+        let id = notes
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Build ID: "))
+            .unwrap_or_else(|| panic!("{exe}: no build id"));
+        let debug = dbg
+            .path()
+            .join("usr/lib/debug/.build-id")
+            .join(&id[..2])
+            .join(format!("{}.debug", &id[2..]));
+        assert!(
+            debug.exists(),
+            "{exe}: no symbols for build id {id} in {}",
+            ddeb.display()
+        );
+    }
+    // Enabled at install (the maintainer script does it).
+    let postinst = std::fs::read_to_string(control.path().join("postinst")).unwrap();
+    assert!(
+        postinst.contains("deb-systemd-helper enable refreshd.service"),
+        "{postinst}"
+    );
+    // The installed units, verified against the installed binary (the
+    // scratch root has no systemd of its own to verify inside).
+    let verify = tempfile::tempdir().unwrap();
+    let installed_bin = root.path().join("usr/bin/refreshd");
+    for (u, from) in [
+        ("refreshd.service", "refreshd.service"),
+        (
+            "refreshd-refresh@srv-index.service",
+            "refreshd-refresh@.service",
+        ),
+    ] {
+        let text = std::fs::read_to_string(units.join(from)).unwrap();
+        let path = verify.path().join(u);
+        std::fs::write(
+            &path,
+            text.replace("/usr/bin/refreshd", &installed_bin.to_string_lossy()),
+        )
+        .unwrap();
         let out = Command::new("systemd-analyze")
             .args(["verify", "--man=no"])
-            .arg(format!("--root={}", root.path().display()))
             .arg(&path)
             .output()
             .unwrap();
