@@ -74,3 +74,81 @@ fn privileged_every_series_from_the_first_scrape_and_private_state() {
     assert_eq!(mode(&tmp.path().join("state/state.db")), 0o600);
     assert_eq!(mode(&tmp.path().join("state/journal")), 0o700);
 }
+
+/// A configured tree that is missing, a symlink, or on tmpfs: check-config
+/// names each at its line and column and exits 1; the daemon runs with
+/// the trees it can use, lists the others in status, drives and a metric,
+/// and stays up (no restart loop) when it can use none.
+#[test]
+fn privileged_trees_that_cannot_be_watched_are_reported_not_fatal() {
+    if !privileged("privileged_trees_that_cannot_be_watched_are_reported_not_fatal") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 256);
+    let good = fs.path("tree");
+    stale_files(&good, 1, 1, 421);
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let missing = tmp.path().join("missing");
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&good, &link).unwrap();
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let port = free_port();
+    let cfg = config_trees(tmp.path(), &[&good, &missing, &link, shm.path()], port, "");
+    let out = refreshd()
+        .args(["check-config", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    let at = format!("{}:", cfg.display());
+    assert!(
+        lines.iter().all(|l| l.starts_with(&at)),
+        "file:line:col: {err}"
+    );
+    assert!(lines[0].contains("does not exist"), "{err}");
+    assert!(lines[1].contains("is a symlink"), "{err}");
+    assert!(
+        lines[2].contains("tmpfs") || lines[2].contains("does not rewrite"),
+        "{err}"
+    );
+
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    let (_, out, _) = daemon.ctl(&["--json", "status"]);
+    let st: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        st["drives"].as_array().unwrap().len(),
+        1,
+        "the usable tree is watched"
+    );
+    assert_eq!(st["unwatched"].as_array().unwrap().len(), 3, "{st}");
+    let (_, text, _) = daemon.ctl(&["status"]);
+    assert_eq!(text.matches("not watched:").count(), 3, "{text}");
+    let (_, drives, _) = daemon.ctl(&["drives"]);
+    assert!(
+        drives.contains(&format!("not watched: {}", missing.display())),
+        "{drives}"
+    );
+    assert_eq!(
+        metric(&daemon.metrics(), "refreshd_unwatched_trees"),
+        Some(3.0)
+    );
+    drop(daemon);
+
+    // None usable: up anyway, and says so.
+    let tmp2 = tempfile::tempdir_in("/var/tmp").unwrap();
+    let port = free_port();
+    let cfg = config_trees(tmp2.path(), &[&missing], port, "");
+    let daemon = Daemon::start(tmp2.path(), &cfg, port);
+    let (_, text, _) = daemon.ctl(&["status"]);
+    assert!(text.contains("no configured tree can be watched"), "{text}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(daemon_alive(&daemon), "the daemon must stay up");
+}
+
+fn daemon_alive(d: &Daemon) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.child.id() as i32), None).is_ok()
+        && d.ctl(&["status"]).0 == 0
+}

@@ -77,6 +77,8 @@ pub struct Metrics {
     pub yield_seconds: Family<Dev, CounterF>,
     pub yielding: Family<Dev, Gauge>,
     pub store_up: Family<Dev, Gauge>,
+    /// Configured trees that cannot be watched (missing, a symlink, …).
+    pub unwatched_trees: Gauge,
     pub last_refresh: Family<Dev, Gauge>,
     pub last_sample: Family<Dev, Gauge>,
     pub requests: Family<Verb, Counter>,
@@ -98,6 +100,7 @@ impl Metrics {
             in_progress: Family::default(),
             refreshed_bytes: Family::default(),
             yield_seconds: Family::default(),
+            unwatched_trees: Gauge::default(),
             yielding: Family::default(),
             files: Family::default(),
             read_errors: Family::default(),
@@ -182,6 +185,11 @@ impl Metrics {
             "yielding",
             "1 while the drive's refresh yields to other processes' I/O",
             m.yielding.clone(),
+        );
+        r.register(
+            "unwatched_trees",
+            "Configured trees the daemon cannot watch (refreshctl status says why)",
+            m.unwatched_trees.clone(),
         );
         r.register(
             "store_up",

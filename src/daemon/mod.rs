@@ -144,6 +144,10 @@ pub fn run(cfg: Config, stop: Stop) -> Result<()> {
         journal: Arc::new(journal),
         unwatched,
     });
+    shared
+        .metrics
+        .unwatched_trees
+        .set(i64::try_from(shared.unwatched.len()).unwrap_or(i64::MAX));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
