@@ -56,14 +56,30 @@ fn privileged_every_series_from_the_first_scrape_and_private_state() {
     });
     let dev = daemon.status()["device"].as_str().unwrap().to_string();
     let m = daemon.metrics();
+    // Every metric the dashboard and the alert rules use is in the scrape.
+    let scraped: Vec<&str> = m
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    for name in crate::packaging::metric_names_used() {
+        // `up` and other series of Prometheus itself are not ours.
+        assert!(
+            scraped.contains(&name.as_str()),
+            "{name} is not exported\n{m}"
+        );
+    }
     for series in [
         format!("refreshd_stale_bytes{{device=\"{dev}\"}} {}", 4 << 20),
         format!("refreshd_refreshed_bytes_total{{device=\"{dev}\"}} 0"),
         format!("refreshd_read_errors_total{{device=\"{dev}\"}} 0"),
         format!("refreshd_lease_exposed_bytes_total{{device=\"{dev}\"}} 0"),
         format!(
-            "refreshd_refresh_files_total{{device=\"{dev}\",outcome=\"failed\",reason=\"\"}} 0"
+            "refreshd_refresh_files_total{{device=\"{dev}\",outcome=\"failed\",reason=\"io\"}} 0"
         ),
+        format!("refreshd_yield_seconds_total{{device=\"{dev}\"}} 0.0"),
+        format!("refreshd_yielding{{device=\"{dev}\"}} 0"),
+        "refreshd_unwatched_trees 0".to_string(),
         format!("refreshd_refresh_in_progress{{device=\"{dev}\"}} 0"),
         format!("refreshd_store_up{{device=\"{dev}\"}} 1"),
     ] {
