@@ -705,4 +705,14 @@ mod tests {
         assert!("10:00-10:00".parse::<Windows>().is_err());
         assert_eq!(w.to_string(), "22:00-06:00,12:00-13:00");
     }
+
+    #[test]
+    fn a_syntax_error_is_reported_first() {
+        // A bad value on line 2, a broken table header on line 4.
+        let p = problems("[defaults]\nrate = \"fast\"\n\n[[paths]\npath = \"/srv\"\n");
+        assert!(p.len() >= 2, "{p:?}");
+        assert!(p[0].starts_with("t.toml:4:"), "syntax first: {p:?}");
+        assert!(p.iter().any(|x| x.starts_with("t.toml:2:")), "{p:?}");
+    }
+
 }

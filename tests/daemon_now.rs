@@ -32,10 +32,29 @@ fn privileged_now_rescans_refreshes_verifies_and_says_what_it_did() {
         out.contains("refreshed 1 file(s), 4.00 MiB; verified:"),
         "{out}"
     );
+    // The plan shown is the current one: the refreshed file is not in it.
+    let (_, plan, _) = daemon.ctl(&["--json", "plan"]);
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    assert_eq!(plan[0]["plan"]["files"].as_array().unwrap().len(), 0, "{plan}");
     // Nothing stale any more: a forced request says so.
     let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("nothing to refresh: no stale data"), "{out}");
+    // After a restart, "last refresh" comes from the database.
+    let last = daemon.status()["last_refresh"].as_i64().expect("set");
+    drop(daemon);
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    daemon.wait_for("the database read", 30, |dm| {
+        dm.status()["last_refresh"].as_i64().is_some()
+    });
+    let again = daemon.status()["last_refresh"].as_i64().unwrap();
+    assert!((again - last).abs() <= 2, "{again} vs {last}");
+    // Errors with --json are JSON.
+    let (code, out, _) = daemon.ctl(&["--json", "pause", "--drive", "nope"]);
+    assert_eq!(code, 1);
+    let e: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(e["ok"], false);
+    assert!(e["error"].as_str().unwrap().contains("no such drive"), "{e}");
 }
 
 #[test]

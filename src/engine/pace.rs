@@ -511,7 +511,10 @@ impl Pacer {
     }
 
     /// Halves the depth when our reads queue behind each other; grows it
-    /// by one when they are back near the latency of a read alone.
+    /// by one when they are back near the latency of a read alone. Only
+    /// while the drive's counters cannot tell whether anyone else uses it:
+    /// when they can, a queue of ours delays nobody (someone reading makes
+    /// the refresh yield), and the full depth keeps an aged drive busy.
     fn adjust_depth(&mut self, own: &OwnDone) {
         for &(len, lat, alone) in &own.reads {
             if alone {
@@ -522,6 +525,11 @@ impl Pacer {
             }
         }
         if matches!(self.mode, Mode::Yielding { .. }) {
+            return;
+        }
+        if self.window.iter().any(Option::is_some) {
+            // The drive can be watched: no one else is on it.
+            self.depth = self.cfg.depth.min(self.depth.max(1) * 2);
             return;
         }
         let Some((len, idle)) = self.alone else {
