@@ -714,5 +714,4 @@ mod tests {
         assert!(p[0].starts_with("t.toml:4:"), "syntax first: {p:?}");
         assert!(p.iter().any(|x| x.starts_with("t.toml:2:")), "{p:?}");
     }
-
 }

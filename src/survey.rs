@@ -163,6 +163,49 @@ fn row(out: &mut String, label: &str, files: &str, bytes: &str, m: &Measurement)
     );
 }
 
+/// A drive's sample as a table: one row per age bucket, then the fresh
+/// reference (`refreshd survey` and `refreshctl survey`).
+pub fn sample_table(out: &mut String, sample: &DriveSample) {
+    let _ = writeln!(
+        out,
+        "  {:<18} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "data age (months)",
+        "files",
+        "bytes",
+        "read MB/s",
+        "p25 ms",
+        "p50 ms",
+        "p75 ms",
+        "p95 ms",
+        "mean ms"
+    );
+    for b in &sample.buckets {
+        let label = if b.stale {
+            format!("{} stale", b.label)
+        } else {
+            b.label.clone()
+        };
+        let bytes = format_size(b.bytes);
+        row(out, &label, &b.files.to_string(), &bytes, &b.measured);
+    }
+    match (&sample.fresh, &sample.fresh_missing) {
+        (Some(f), _) => row(
+            out,
+            "fresh reference",
+            "canary",
+            &format_size(sample.canary_bytes),
+            f,
+        ),
+        (None, why) => {
+            let _ = writeln!(
+                out,
+                "  fresh reference: none ({})",
+                why.as_deref().unwrap_or("unknown")
+            );
+        }
+    }
+}
+
 /// The human table.
 pub fn render(reports: &[DriveReport], opts: &SurveyOptions) -> String {
     let mut out = String::new();
@@ -178,49 +221,7 @@ pub fn render(reports: &[DriveReport], opts: &SurveyOptions) -> String {
             format_size(r.bytes),
             roots.join(", ")
         );
-        let _ = writeln!(
-            out,
-            "  {:<18} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            "data age (months)",
-            "files",
-            "bytes",
-            "read MB/s",
-            "p25 ms",
-            "p50 ms",
-            "p75 ms",
-            "p95 ms",
-            "mean ms"
-        );
-        for b in &r.sample.buckets {
-            let label = if b.stale {
-                format!("{} stale", b.label)
-            } else {
-                b.label.clone()
-            };
-            row(
-                &mut out,
-                &label,
-                &b.files.to_string(),
-                &format_size(b.bytes),
-                &b.measured,
-            );
-        }
-        match (&r.sample.fresh, &r.sample.fresh_missing) {
-            (Some(f), _) => row(
-                &mut out,
-                "fresh reference",
-                "canary",
-                &format_size(r.sample.canary_bytes),
-                f,
-            ),
-            (None, why) => {
-                let _ = writeln!(
-                    out,
-                    "  fresh reference: none ({})",
-                    why.as_deref().unwrap_or("unknown")
-                );
-            }
-        }
+        sample_table(&mut out, &r.sample);
         let j = &r.judgement;
         let _ = writeln!(
             out,

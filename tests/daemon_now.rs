@@ -35,7 +35,11 @@ fn privileged_now_rescans_refreshes_verifies_and_says_what_it_did() {
     // The plan shown is the current one: the refreshed file is not in it.
     let (_, plan, _) = daemon.ctl(&["--json", "plan"]);
     let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
-    assert_eq!(plan[0]["plan"]["files"].as_array().unwrap().len(), 0, "{plan}");
+    assert_eq!(
+        plan[0]["plan"]["files"].as_array().unwrap().len(),
+        0,
+        "{plan}"
+    );
     // Nothing stale any more: a forced request says so.
     let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
     assert_eq!(code, 0, "{err}");
@@ -54,7 +58,10 @@ fn privileged_now_rescans_refreshes_verifies_and_says_what_it_did() {
     assert_eq!(code, 1);
     let e: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
     assert_eq!(e["ok"], false);
-    assert!(e["error"].as_str().unwrap().contains("no such drive"), "{e}");
+    assert!(
+        e["error"].as_str().unwrap().contains("no such drive"),
+        "{e}"
+    );
 }
 
 #[test]

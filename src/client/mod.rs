@@ -299,52 +299,8 @@ pub fn render_plan(v: &[PlanReply]) -> String {
     out
 }
 
-fn survey_row(label: &str, files: &str, bytes: &str, m: &crate::sampler::Measurement) -> String {
-    let f = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}"));
-    let l = m.latency_ms;
-    format!(
-        "  {label:<18} {files:>7} {bytes:>11} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
-        m.throughput
-            .map_or("-".into(), |t| format!("{:.1}", t.p50 / 1e6)),
-        f(l.map(|l| l.p25)),
-        f(l.map(|l| l.p50)),
-        f(l.map(|l| l.p75)),
-        f(l.map(|l| l.p95)),
-        f(l.map(|l| l.mean))
-    )
-}
-
 fn render_sample(out: &mut String, s: &SampleRecord) {
-    out.push_str(&format!(
-        "  {:<18} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
-        "data age (months)",
-        "files",
-        "bytes",
-        "read MB/s",
-        "p25 ms",
-        "p50 ms",
-        "p75 ms",
-        "p95 ms",
-        "mean ms"
-    ));
-    for b in &s.sample.buckets {
-        let label = if b.stale {
-            format!("{} stale", b.label)
-        } else {
-            b.label.clone()
-        };
-        let files = b.files.to_string();
-        out.push_str(&survey_row(
-            &label,
-            &files,
-            &format_size(b.bytes),
-            &b.measured,
-        ));
-    }
-    if let Some(fresh) = &s.sample.fresh {
-        let bytes = format_size(s.sample.canary_bytes);
-        out.push_str(&survey_row("fresh reference", "canary", &bytes, fresh));
-    }
+    crate::survey::sample_table(out, &s.sample);
     let j = &s.judgement;
     out.push_str(&format!(
         "  sampled {}: stale {}{}{}\n\n",

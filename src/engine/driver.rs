@@ -127,9 +127,14 @@ impl IoThread {
         // Per file, on this thread: ioprio is per thread and may change.
         self.own
             .set_write_ioprio(cfg.pace.priority, super::sys::write_ioprio());
+        // Opening and planning read metadata (inodes, extent trees) and the
+        // end syncs it: our own I/O, not countable per request. The pacer
+        // leaves those ticks out, so they are not taken for an application.
+        self.own.uncounted();
         let r = catch_unwind(AssertUnwindSafe(|| {
             refresh_file(self, t, cfg, skip, progress)
         }));
+        self.own.uncounted();
         let report = r.unwrap_or_else(|panic| {
             let what = panic
                 .downcast_ref::<&str>()

@@ -128,6 +128,8 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
         Ok(p) => p,
         Err(reason) => return Done::new(Outcome::failed(FailKind::Io, reason), false),
     };
+    // FIEMAP may have read extent blocks: not an application's reads.
+    job.throttle.uncounted_io();
     job.report.excluded = p.excluded;
     job.report.bytes_planned = p.bytes();
     if p.chunks.is_empty() {

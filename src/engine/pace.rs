@@ -245,6 +245,11 @@ pub struct Pacer {
     /// For the floor check: time our reads were waiting or completing,
     /// and the bytes they read meanwhile.
     floor_check: (Duration, u64),
+    /// Reads in flight while yielding: one, more if one at a time does
+    /// not reach the floor (old data read in small pieces is slow).
+    yield_depth: usize,
+    /// For that: time yielding with reads of ours waiting, bytes read.
+    yield_check: (Duration, u64),
 }
 
 impl std::fmt::Debug for Pacer {
@@ -274,6 +279,8 @@ impl Pacer {
             alone: None,
             raised: false,
             floor_check: (Duration::ZERO, 0),
+            yield_depth: 1,
+            yield_check: (Duration::ZERO, 0),
         };
         p.set_read_ioprio();
         p
@@ -338,7 +345,12 @@ impl Pacer {
                 depth: self.depth,
                 request: None,
             },
-            Mode::Yielding { .. } | Mode::Probing { .. } => Allowance {
+            Mode::Yielding { .. } => Allowance {
+                rate: Some(self.floor()),
+                depth: self.yield_depth,
+                request: Some(YIELD_REQUEST),
+            },
+            Mode::Probing { .. } => Allowance {
                 rate: Some(self.floor()),
                 depth: 1,
                 request: Some(YIELD_REQUEST),
@@ -387,7 +399,9 @@ impl Pacer {
         self.decide(now);
         self.adjust_depth(&own);
         self.check_floor(elapsed, &own);
-        (self.mode, self.depth, self.raised) != before
+        let yield_depth = self.yield_depth;
+        self.keep_the_floor(elapsed, &own);
+        (self.mode, self.depth, self.raised) != before || self.yield_depth != yield_depth
     }
 
     /// This tick's foreign and own I/O; `None` when it cannot be told
@@ -551,6 +565,31 @@ impl Pacer {
             self.depth /= 2;
         } else if median <= ROOM * idle && self.depth < self.cfg.depth {
             self.depth += 1;
+        }
+    }
+
+    /// While yielding: if one read at a time does not reach 80 % of the
+    /// floor over a second in which reads of ours were waiting, allow one
+    /// more in flight (at most the configured depth). Leaving yielding
+    /// starts over from one.
+    fn keep_the_floor(&mut self, elapsed: Duration, own: &OwnDone) {
+        if !matches!(self.mode, Mode::Yielding { .. }) {
+            self.yield_depth = 1;
+            self.yield_check = (Duration::ZERO, 0);
+            return;
+        }
+        if own.reads.is_empty() && self.own.reads_in_flight() == 0 {
+            return;
+        }
+        self.yield_check.0 += elapsed;
+        self.yield_check.1 += own.reads.iter().map(|r| r.0).sum::<u64>();
+        let (span, bytes) = self.yield_check;
+        if span >= Duration::from_secs(1) {
+            let want = self.floor() as f64 * span.as_secs_f64() * 0.8;
+            if (bytes as f64) < want {
+                self.yield_depth = (self.yield_depth + 1).min(self.cfg.depth.max(1));
+            }
+            self.yield_check = (Duration::ZERO, 0);
         }
     }
 
