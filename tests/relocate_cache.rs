@@ -61,10 +61,10 @@ fn relocation_keeps_cached_pages(kind: &'static str) -> Result<(), String> {
         let w = File::open(&witness).unwrap();
         std::io::Read::read_to_end(&mut &w, &mut Vec::new()).unwrap();
         let before = resident(&app_hot, len);
-        assert!(
-            before >= len / 2 / 4096,
-            "{kind}: the hot half is cached ({before})"
-        );
+        if before < len / 2 / 4096 || resident(&w, MIB) < MIB / 4096 {
+            // Only an outside drop of the caches evicts them this soon.
+            return Err(format!("the hot half is not all cached ({before} pages)"));
+        }
         assert_eq!(resident(&app_cold, len), 0, "{kind}: cold starts uncached");
         let (code, files, _) = refresh_json(&["--strategy", "relocate"], &[&hot, &cold]);
         assert_eq!(code, 0, "{kind}: {files:#?}");
