@@ -67,12 +67,12 @@ fn privileged_daemon_finds_and_fixes_a_degraded_drive() {
         .unwrap();
     assert_eq!(n, 6);
 
-    testbed::measure::drop_caches();
+    drop_caches();
     let (mut after, mut reference) = (0f64, 0f64);
     for _ in 0..3 {
-        testbed::measure::drop_caches();
+        drop_caches();
         after = after.max(testbed::measure::bulk_read_parallel(&files[0], 8).unwrap());
-        testbed::measure::drop_caches();
+        drop_caches();
         reference = reference.max(testbed::measure::bulk_read_parallel(&fresh, 8).unwrap());
     }
     assert!(

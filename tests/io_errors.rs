@@ -278,7 +278,7 @@ fn privileged_write_eio_fails_the_file_and_the_next_is_refreshed() {
     d.sync().unwrap();
     let bad = (5 << 20) + 12288;
     d.write_fault(device_offset(&a, bad), 8192);
-    testbed::measure::drop_caches();
+    drop_caches();
 
     let engine = Engine::start(EngineConfig::default()).unwrap();
     let ra = engine.refresh(Target::for_path(&a).unwrap(), None);
@@ -297,7 +297,7 @@ fn privileged_write_eio_fails_the_file_and_the_next_is_refreshed() {
     let rb = engine.refresh(Target::for_path(&b).unwrap(), None);
     assert_eq!(rb.outcome, Outcome::Refreshed, "the next file is refreshed");
     drop(engine);
-    testbed::measure::drop_caches();
+    drop_caches();
     assert!(std::fs::read(&a).unwrap() == da, "a changed");
     assert!(std::fs::read(&b).unwrap() == db, "b changed");
     assert_eq!(mtime(&a), (OLD, 1));

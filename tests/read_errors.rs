@@ -42,7 +42,7 @@ fn privileged_unreadable_range_is_reported_and_never_written() {
     drop(f);
     let dev_off = ext.physical + (bad_file_off - ext.logical);
     d.fault(dev_off, 8192);
-    testbed::measure::drop_caches();
+    drop_caches();
 
     let w0 = d.stats().write_bytes;
     let (code, reports, _) = refresh_json(&[], &[&p]);
@@ -129,7 +129,7 @@ fn privileged_relocation_never_replaces_unreadable_data() {
             .expect("extent covering the bad offset");
         let dev_off = ext.physical + (bad_file_off - ext.logical);
         d.fault(dev_off, 4096);
-        testbed::measure::drop_caches();
+        drop_caches();
         // Keep it open so that auto relocates.
         let (code, reports, _) = refresh_json(&["--relocate-chunk", "1MiB"], &[&p]);
         drop(f);
@@ -149,7 +149,7 @@ fn privileged_relocation_never_replaces_unreadable_data() {
             r["bytes_refreshed"].as_u64().unwrap() >= 6 << 20,
             "{kind}: {r}"
         );
-        testbed::measure::drop_caches();
+        drop_caches();
         use std::os::unix::fs::OpenOptionsExt;
         let f = File::options()
             .read(true)

@@ -156,7 +156,7 @@ fn privileged_relocation_refreshes_a_file_mmapped_by_a_live_reader() {
             passes >= 2,
             "{kind}: the reader ran during the refresh ({passes} passes)"
         );
-        testbed::measure::drop_caches();
+        drop_caches();
         assert_eq!(fingerprint(&p), before, "{kind}: content, layout and times");
         let after = physical(&p);
         assert!(
@@ -241,7 +241,7 @@ fn privileged_relocation_loses_no_concurrent_write() {
             }
         }
         assert!(l1.iter().flatten().count() > 10 && l2.iter().flatten().count() > 10);
-        testbed::measure::drop_caches();
+        drop_caches();
         let now = std::fs::read(&p).unwrap();
         assert_eq!(now.len(), data.len());
         let bad = (0..len)
@@ -296,7 +296,7 @@ fn privileged_relocation_yields_to_a_concurrent_truncate() {
             r["reason"].as_str().unwrap().contains("truncated"),
             "{kind}: {r}"
         );
-        testbed::measure::drop_caches();
+        drop_caches();
         let now = std::fs::read(&p).unwrap();
         assert_eq!(now.len(), keep, "{kind}");
         assert!(now == data[..keep], "{kind}: content of the truncated file");
@@ -342,7 +342,7 @@ fn privileged_relocation_keeps_holes_unwritten_and_shared_extents() {
             (2 * MIB + MIB + 123) as u64,
             "{kind}: {r}"
         );
-        testbed::measure::drop_caches();
+        drop_caches();
         assert_eq!(fingerprint(&p), before, "{kind}: holes, data, size, times");
         assert_eq!(
             fiemap_bytes(&p, FIEMAP_EXTENT_UNWRITTEN),
@@ -476,7 +476,7 @@ fn privileged_relocated_in_use_file_reads_at_fresh_speed_on_the_aged_testbed() {
         let fresh = d.path("fresh");
         write_file(&fresh, &pattern(48 * MIB, 12));
         d.sync().unwrap();
-        testbed::measure::drop_caches();
+        drop_caches();
         let slow = testbed::measure::bulk_read_parallel(&p, 8).unwrap();
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -494,9 +494,9 @@ fn privileged_relocated_in_use_file_reads_at_fresh_speed_on_the_aged_testbed() {
         // Best of three, interleaved: other tests share the two CPUs.
         let (mut after, mut reference) = (0f64, 0f64);
         for _ in 0..3 {
-            testbed::measure::drop_caches();
+            drop_caches();
             after = after.max(testbed::measure::bulk_read_parallel(&p, 8).unwrap());
-            testbed::measure::drop_caches();
+            drop_caches();
             reference = reference.max(testbed::measure::bulk_read_parallel(&fresh, 8).unwrap());
         }
         eprintln!(

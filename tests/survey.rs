@@ -200,7 +200,7 @@ fn privileged_fresh_drive_is_healthy_round_after_round_within_budget() {
     let dev = d.loop_dev.trim_start_matches("/dev/").to_string();
     let budget: u64 = 32 << 20;
     for round in 0..20 {
-        testbed::measure::drop_caches();
+        drop_caches();
         let s0 = disk_stats(&dev).unwrap();
         let seed = round.to_string();
         let r = survey(&["--sample-bytes", "32MiB", "--seed", &seed], &d.mnt);

@@ -332,3 +332,17 @@ pub fn journal_records(state: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+static PAGE_CACHE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Held by a test that measures what is in the page cache: no other test
+/// of this binary drops the caches meanwhile.
+pub fn page_cache_lock() -> std::sync::MutexGuard<'static, ()> {
+    PAGE_CACHE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Drops the page cache (a global knob), but not while a test measures it.
+pub fn drop_caches() {
+    let _held = page_cache_lock();
+    testbed::measure::drop_caches();
+}
