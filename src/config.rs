@@ -17,6 +17,7 @@ use crate::units::{ByteSize, HumanDuration, Rate};
 
 pub const DEFAULT_PATH: &str = "/etc/refreshd/refreshd.toml";
 
+pub mod coordination;
 pub mod trees;
 
 /// How files are refreshed (`strategy`).
@@ -203,6 +204,11 @@ pub struct Config {
     pub control_group: Option<String>,
     /// Drives refreshed at the same time.
     pub max_active_drives: usize,
+    /// Drives behind one controller (HBA, NVMe controller) refreshed at the
+    /// same time; `None`: only `max_active_drives` bounds them.
+    pub max_active_per_controller: Option<usize>,
+    /// Refreshes coordinated across hosts through etcd (`None`: alone).
+    pub coordination: Option<coordination::Coordination>,
     pub defaults: Settings,
     pub paths: Vec<PathConfig>,
     /// Line and column of `state_dir` in the file (1:1 when not set).
@@ -219,6 +225,8 @@ impl Default for Config {
             metrics_listen: "127.0.0.1:9964".into(),
             control_group: None,
             max_active_drives: 1,
+            max_active_per_controller: None,
+            coordination: None,
             defaults: Settings::default(),
             paths: vec![],
             state_dir_at: (1, 1),
@@ -313,6 +321,8 @@ const TOP_KEYS: &[&str] = &[
     "metrics_listen",
     "control_group",
     "max_active_drives",
+    "max_active_per_controller",
+    "coordination",
     "defaults",
     "paths",
 ];
@@ -426,6 +436,18 @@ impl Parser<'_> {
                         }
                     }
                 }
+                "max_active_per_controller" => {
+                    if let Some(n) = self.value::<i64>(key, v) {
+                        match usize::try_from(n) {
+                            Ok(n) if n >= 1 => cfg.max_active_per_controller = Some(n),
+                            _ => self.problem(
+                                v.span(),
+                                "`max_active_per_controller` must be at least 1".into(),
+                            ),
+                        }
+                    }
+                }
+                "coordination" => cfg.coordination = self.coordination(v),
                 "defaults" => {}
                 "paths" => raw_paths = Some(v),
                 _ => self.unknown(k, "", TOP_KEYS),

@@ -9,6 +9,7 @@
 //! - [`engine`]: the refresh engine: in place (io_uring, O_DIRECT, leases)
 //!   or kernel relocation (MOVE_EXT, FIDEDUPERANGE) for files in use.
 //! - [`daemon`]: `refreshd run`: workers, control socket, metrics, systemd.
+//! - [`coordination`]: fleet slots in etcd, the health gate.
 //! - [`protocol`], [`client`]: the control protocol and `refreshctl`.
 //! - [`walk`], [`oneshot`], [`survey`]: `refreshd refresh` and `survey`.
 //! - [`units`]: sizes, durations and rates for people.
@@ -21,6 +22,7 @@ compile_error!("refreshd supports 64-bit Linux only");
 pub mod assets;
 pub mod client;
 pub mod config;
+pub mod coordination;
 pub mod daemon;
 pub mod diagnose;
 pub mod drive;

@@ -10,7 +10,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::protocol::replies::{
-    DriveEntry, NowAccepted, PlanReply, SampleRecord, StatusReply, SurveyReply,
+    CoordinationReply, DriveEntry, NowAccepted, PlanReply, SampleRecord, SlotReply, StatusReply,
+    SurveyReply,
 };
 use crate::protocol::{Request, Response, Verb, VERSION};
 use crate::units::format_size;
@@ -207,6 +208,9 @@ pub fn render_status(v: &StatusReply) -> String {
         if let Some(e) = &d.error {
             note(format!("note: {e}"));
         }
+        if let Some(slot) = &d.slot {
+            note(slot_line(slot));
+        }
         if let Some(y) = &d.yielding {
             note(format!(
                 "yielding since {}: {}",
@@ -229,8 +233,65 @@ pub fn render_status(v: &StatusReply) -> String {
     for u in &v.unwatched {
         out.push_str(&format!("not watched: {}\n", u.reason));
     }
+    if let Some(c) = &v.coordination {
+        out.push_str(&render_fleet(c));
+    }
     if v.drives.is_empty() {
         out.push_str("no configured tree can be watched: nothing is refreshed\n");
+    }
+    out
+}
+
+/// A drive's fleet slot, in one line.
+fn slot_line(s: &SlotReply) -> String {
+    let waited = eta(Some(s.waited_seconds.max(0.0)));
+    match s.state.as_str() {
+        "held" => format!("fleet slot held since {}", ago(s.held_since)),
+        "waiting" => format!(
+            "waiting for a fleet slot for {waited}, {} ahead",
+            s.ahead.unwrap_or(0)
+        ),
+        _ => format!(
+            "no fleet slot for {waited}: {}",
+            s.reason.as_deref().unwrap_or("etcd cannot be reached")
+        ),
+    }
+}
+
+/// The fleet group: who holds its slots, whether etcd is reachable.
+pub fn render_fleet(c: &CoordinationReply) -> String {
+    let mut out = format!(
+        "fleet group {} (at most {} at once; this daemon is {:?}): {}\n",
+        c.group,
+        c.max_concurrent,
+        c.name,
+        if c.connected {
+            "connected"
+        } else {
+            "NOT connected"
+        }
+    );
+    if let Some(e) = &c.error {
+        out.push_str(&format!("  {e}\n"));
+    }
+    if c.connected {
+        let holders: Vec<String> = c
+            .holders
+            .iter()
+            .map(|h| format!("{}/{} (queued {})", h.name, h.device, ago(Some(h.since))))
+            .collect();
+        out.push_str(&format!(
+            "  slots held by: {}; {} waiting\n",
+            if holders.is_empty() {
+                "nobody".to_string()
+            } else {
+                holders.join(", ")
+            },
+            c.waiting
+        ));
+    }
+    if let Some(h) = &c.health {
+        out.push_str(&format!("  health gate says no: {h}\n"));
     }
     out
 }
@@ -264,6 +325,12 @@ pub fn render_drives(v: &[DriveEntry]) -> String {
             members.join(", "),
             paths.join(", ")
         ));
+        if let Some(c) = &d.controller {
+            out.push_str(&format!("  controller: {c}\n"));
+        }
+        if let Some(g) = &d.group {
+            out.push_str(&format!("  fleet group: {g}\n"));
+        }
     }
     out
 }

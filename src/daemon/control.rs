@@ -240,6 +240,7 @@ fn status(shared: &Shared) -> StatusReply {
                 completed: st.completed,
                 last_request: st.last_request.clone(),
                 error: st.error.clone(),
+                slot: c.slot_reply(),
             }
         })
         .collect();
@@ -255,6 +256,7 @@ fn status(shared: &Shared) -> StatusReply {
                 reason: why.clone(),
             })
             .collect(),
+        coordination: shared.fleet.as_ref().map(|f| f.reply()),
     }
 }
 
@@ -266,12 +268,16 @@ fn drives(shared: &Shared) -> Vec<DriveEntry> {
         drives: c.drives.clone(),
         paths: c.roots.clone(),
         error: None,
+        controller: Some(c.controller.clone()),
+        group: shared.fleet.as_ref().map(|f| f.cfg.group.clone()),
     });
     let unwatched = shared.unwatched.iter().map(|(p, why)| DriveEntry {
         device: "unwatched".into(),
         drives: vec![],
         paths: vec![p.clone()],
         error: Some(why.clone()),
+        controller: None,
+        group: None,
     });
     watched.chain(unwatched).collect()
 }

@@ -84,6 +84,8 @@ pub struct Metrics {
     pub requests: Family<Verb, Counter>,
     pub build: Family<Build, Gauge>,
     pub backend: Family<Backend, Gauge>,
+    /// Fleet coordination (slots, etcd).
+    pub fleet: super::fleet_metrics::FleetMetrics,
 }
 
 impl Metrics {
@@ -111,7 +113,9 @@ impl Metrics {
             requests: Family::default(),
             build: Family::default(),
             backend: Family::default(),
+            fleet: Default::default(),
         };
+        m.fleet.register(&mut r);
         r.register_with_unit(
             "stale_read_throughput",
             "Median sequential O_DIRECT read throughput of stale data in the last sample",

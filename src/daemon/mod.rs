@@ -4,11 +4,14 @@
 //! runtime that only ever waits on sockets, timers and signals.
 
 pub mod control;
+pub mod fleet_metrics;
 pub mod metrics;
 pub mod round;
 pub mod shared;
+pub mod slot;
 pub mod step;
 pub mod targets;
+pub mod topology;
 pub mod worker;
 
 use std::collections::BTreeMap;
@@ -83,9 +86,16 @@ fn drive_cells(cfg: &Config) -> (Vec<Arc<DriveCell>>, Unwatched) {
             }
         }
     }
+    let sys = Path::new("/sys");
     let cells = groups
         .into_iter()
-        .map(|(label, (drives, roots))| Arc::new(DriveCell::new(label, drives, roots)))
+        .map(|(label, (drives, roots))| {
+            let controller = drives.first().map_or_else(
+                || "unknown".into(),
+                |d| topology::controller_of(sys, &d.name),
+            );
+            Arc::new(DriveCell::new(label, drives, roots).with_controller(controller))
+        })
         .collect();
     (cells, unwatched)
 }
@@ -133,6 +143,13 @@ pub fn run(cfg: Config, stop: Stop) -> Result<()> {
             "none of the configured trees can be watched; running without drives (fix the trees and restart)"
         );
     }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("refreshd-rt")
+        .build()
+        .context("starting the runtime")?;
+    let fleet = start_fleet(&cfg, rt.handle());
     let shared = Arc::new(Shared {
         config: RwLock::new(cfg.clone()),
         drives,
@@ -143,18 +160,42 @@ pub fn run(cfg: Config, stop: Stop) -> Result<()> {
         backend: Mutex::new(None),
         journal: Arc::new(journal),
         unwatched,
+        fleet,
+        controllers: Mutex::default(),
     });
     shared
         .metrics
         .unwatched_trees
         .set(i64::try_from(shared.unwatched.len()).unwrap_or(i64::MAX));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .thread_name("refreshd-rt")
-        .build()
-        .context("starting the runtime")?;
+    shared.metrics.fleet.init(&shared);
     rt.block_on(serve(shared, cfg, stop))
+}
+
+/// Joins the fleet group (the etcd session runs on `rt`), with
+/// `[coordination]`.
+#[cfg(feature = "fleet")]
+fn start_fleet(
+    cfg: &Config,
+    rt: &tokio::runtime::Handle,
+) -> Option<Arc<crate::coordination::Fleet>> {
+    let c = cfg.coordination.clone()?;
+    tracing::info!(
+        group = %c.group,
+        name = %c.name,
+        max_concurrent = c.max_concurrent,
+        endpoints = %c.etcd_endpoints.join(","),
+        "refreshes are coordinated through etcd"
+    );
+    Some(crate::coordination::start(c, &cfg.state_dir, rt))
+}
+
+/// Without the `fleet` feature the config refuses `[coordination]`.
+#[cfg(not(feature = "fleet"))]
+fn start_fleet(
+    _cfg: &Config,
+    _rt: &tokio::runtime::Handle,
+) -> Option<Arc<crate::coordination::Fleet>> {
+    None
 }
 
 async fn serve(shared: Arc<Shared>, cfg: Config, stop: Stop) -> Result<()> {
@@ -261,6 +302,7 @@ async fn metrics_handler(
             for c in &shared.drives {
                 shared.metrics.set_pace(&c.label, &c.pace);
             }
+            shared.metrics.fleet.update(&shared);
             shared.metrics.encode()
         },
     )
@@ -276,6 +318,9 @@ fn reload(shared: &Shared) {
         Ok(new) => {
             let old_paths: Vec<&PathBuf> = old.paths.iter().map(|p| &p.path).collect();
             let new_paths: Vec<&PathBuf> = new.paths.iter().map(|p| &p.path).collect();
+            if old.coordination != new.coordination {
+                tracing::warn!("[coordination] changed: that takes effect at the next restart");
+            }
             if old_paths != new_paths {
                 tracing::warn!("the set of [[paths]] changed: that takes effect at the next restart; other settings apply now");
             }
@@ -306,6 +351,7 @@ fn reload(shared: &Shared) {
                 state_dir: old.state_dir.clone(),
                 control_socket: old.control_socket.clone(),
                 metrics_listen: old.metrics_listen.clone(),
+                coordination: old.coordination.clone(),
                 ..new
             };
             tracing::info!("configuration reloaded from {}", path.display());

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Settings;
+use crate::coordination::Ticket;
 use crate::engine::{Engine, EngineConfig, FileReport, Outcome};
 use crate::inventory::{self, FileRecord, Store};
 use crate::policy::{self, Plan, PlanRules};
@@ -30,6 +31,44 @@ pub struct RoundResult {
     pub rescan: bool,
     /// The daily budget left stale files for another day.
     pub budget_cut: bool,
+    /// The fleet slot was lost (etcd unreachable, lease expired): stopped
+    /// after the in-flight I/O, checkpointed.
+    pub slot_lost: bool,
+    /// The health gate said no between files (why).
+    pub gate_failed: Option<String>,
+    /// The maintenance window closed between files.
+    pub left_window: bool,
+}
+
+/// Why a round stops between files.
+fn must_stop(
+    shared: &Shared,
+    cell: &DriveCell,
+    s: &Settings,
+    ticket: Option<&Ticket>,
+    result: &mut RoundResult,
+) -> bool {
+    if shared.stopping() || cell.paused.load(Ordering::Relaxed) {
+        return true;
+    }
+    if ticket.is_some_and(|t| !t.holds()) {
+        tracing::warn!("the fleet slot is not held any more: the refresh stops here");
+        result.slot_lost = true;
+        return true;
+    }
+    if !s.window.contains(super::worker::local_minute()) {
+        tracing::info!("the maintenance window closed: the refresh stops here");
+        result.left_window = true;
+        return true;
+    }
+    if let Some(fleet) = shared.fleet.as_ref().filter(|_| ticket.is_some()) {
+        if let Err(why) = crate::coordination::gate::check(&fleet.cfg) {
+            tracing::warn!("health gate: {why}; the refresh stops here and gives its slot back");
+            result.gate_failed = Some(why);
+            return true;
+        }
+    }
+    false
 }
 
 /// The plan for this round, from the database (files refreshed by an
@@ -70,7 +109,8 @@ fn plan(
     policy::plan_records(candidates, rules)
 }
 
-/// Refreshes the drive's plan.
+/// Refreshes the drive's plan; with `[coordination]`, only while
+/// `ticket` holds the drive's fleet slot.
 pub fn run(
     shared: &Shared,
     cell: &DriveCell,
@@ -78,7 +118,15 @@ pub fn run(
     s: &Settings,
     forced: bool,
     only: Option<&Path>,
+    ticket: Option<&Ticket>,
 ) -> RoundResult {
+    if shared.fleet.is_some() && ticket.is_none() {
+        // Never a refresh without a slot.
+        return RoundResult {
+            slot_lost: true,
+            ..RoundResult::default()
+        };
+    }
     let (plan, records) = plan(cell, store, s, forced, only);
     cell.lock().plan = plan.clone();
     let budget_cut = plan.deferred_budget > 0;
@@ -89,14 +137,25 @@ pub fn run(
             ..RoundResult::default()
         };
     }
-    let stop = || shared.stopping() || cell.paused.load(Ordering::Relaxed);
-    let Some(_permit) = shared
-        .permits
-        .acquire(shared.config().max_active_drives, &stop)
-    else {
+    let stop = || {
+        shared.stopping()
+            || cell.paused.load(Ordering::Relaxed)
+            || ticket.is_some_and(|t| !t.holds())
+    };
+    let cfg = shared.config();
+    let Some(_permit) = shared.permits.acquire(cfg.max_active_drives, &stop) else {
+        return RoundResult::default();
+    };
+    let controller = shared.controller_permits(&cell.controller);
+    let per_controller = cfg.max_active_per_controller.unwrap_or(usize::MAX);
+    let Some(_controller_permit) = controller.acquire(per_controller, &stop) else {
         return RoundResult::default();
     };
     cell.cancel.store(false, Ordering::Relaxed);
+    let mut result = RoundResult {
+        budget_cut,
+        ..RoundResult::default()
+    };
     let engine = match Engine::start(EngineConfig {
         rate: Some(s.rate),
         min_free: Some(s.min_free),
@@ -127,6 +186,7 @@ pub fn run(
         shared,
         cell,
         store,
+        ticket,
         started: Instant::now(),
         progress: Progress {
             files_total: plan.files.len() as u64,
@@ -148,7 +208,7 @@ pub fn run(
     let roots = Roots::open(&cell.roots);
     let mut finished = true;
     for rec in &records {
-        if stop() {
+        if must_stop(shared, cell, s, ticket, &mut result) {
             finished = false;
             break;
         }
@@ -176,11 +236,13 @@ pub fn run(
         bytes = round.progress.bytes_done,
         "refresh ends"
     );
+    // A slot lost mid-file shows as an interrupted file.
+    result.slot_lost |= ticket.is_some_and(|t| !t.holds());
     RoundResult {
         finished,
         refreshed: round.refreshed,
         rescan: round.rescan,
-        budget_cut,
+        ..result
     }
 }
 
@@ -189,6 +251,7 @@ struct Round<'a> {
     shared: &'a Shared,
     cell: &'a DriveCell,
     store: &'a Store,
+    ticket: Option<&'a Ticket>,
     started: Instant,
     progress: Progress,
     refreshed: Vec<FileRecord>,
@@ -240,6 +303,11 @@ impl Round<'_> {
             match rx.recv_timeout(Duration::from_millis(500)) {
                 Ok(r) => return r,
                 Err(RecvTimeoutError::Timeout) => {
+                    if self.ticket.is_some_and(|t| !t.holds()) {
+                        // The slot cannot be proven held (even if the
+                        // session has not said so yet): stop the file.
+                        self.cell.cancel.store(true, Ordering::Relaxed);
+                    }
                     let d = done.load(Ordering::Relaxed);
                     if d > last_saved {
                         let _ = self.store.save_checkpoint(rec, d);

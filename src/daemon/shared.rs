@@ -27,6 +27,10 @@ pub struct Shared {
     pub journal: Arc<crate::inventory::journal::Journal>,
     /// Configured trees that could not be watched, with why.
     pub unwatched: Vec<(std::path::PathBuf, String)>,
+    /// The fleet group, with `[coordination]`.
+    pub fleet: Option<Arc<crate::coordination::Fleet>>,
+    /// Permits per controller (`max_active_per_controller`).
+    pub controllers: Mutex<std::collections::BTreeMap<String, Arc<Permits>>>,
 }
 
 impl Shared {
@@ -50,7 +54,19 @@ impl Shared {
                     .unwrap_or_else(|e| panic!("test journal: {e}")),
             ),
             unwatched: vec![],
+            fleet: None,
+            controllers: Mutex::default(),
         })
+    }
+
+    /// The permits of `controller`'s drives.
+    pub fn controller_permits(&self, controller: &str) -> Arc<Permits> {
+        self.controllers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(controller.to_string())
+            .or_default()
+            .clone()
     }
 
     pub fn config(&self) -> Config {
@@ -205,6 +221,10 @@ pub struct DriveCell {
     /// Whether the drive's refresh yields to other I/O now, and how long
     /// it has in total (filled by the engine).
     pub pace: Arc<crate::engine::pace::PaceStatus>,
+    /// The controller it is behind (`pci-…`, "virtual").
+    pub controller: String,
+    /// Its place in the fleet group while it wants a slot.
+    pub slot: Mutex<Option<Arc<crate::coordination::TicketShared>>>,
 }
 
 impl DriveCell {
@@ -218,7 +238,23 @@ impl DriveCell {
             paused: AtomicBool::new(false),
             cancel: Arc::new(AtomicBool::new(false)),
             pace: Arc::default(),
+            controller: "unknown".into(),
+            slot: Mutex::new(None),
         }
+    }
+
+    /// The drive behind `controller`.
+    pub fn with_controller(self, controller: String) -> DriveCell {
+        DriveCell { controller, ..self }
+    }
+
+    /// Its slot in the fleet group, for status and metrics.
+    pub fn slot_reply(&self) -> Option<crate::protocol::replies::SlotReply> {
+        self.slot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|t| t.reply())
     }
 
     pub fn lock(&self) -> std::sync::MutexGuard<'_, DriveStatus> {

@@ -46,6 +46,9 @@ pub struct View {
     pub refresh_not_before: Instant,
     /// The daily budget is spent (degraded (budget)).
     pub budget_spent: bool,
+    /// Why the fleet does not let it refresh yet (no slot, etcd
+    /// unreachable, the health gate said no); `None`: it may.
+    pub slot_wait: Option<&'static str>,
 }
 
 /// What to do.
@@ -72,6 +75,12 @@ pub enum Step {
 
 pub const WAITING_FOR_WINDOW: &str = "outside the maintenance window: the refresh waits for it";
 pub const PAUSED: &str = "paused: the refresh waits for `refreshctl resume`";
+/// How often a drive waiting for a fleet slot looks again.
+pub const SLOT_POLL: Duration = Duration::from_secs(1);
+pub const WAITING_FOR_SLOT: &str = "waiting for a slot in the fleet group";
+pub const ETCD_UNREACHABLE: &str =
+    "etcd cannot be reached: not refreshing until it can (see status)";
+pub const HEALTH_GATE: &str = "the health gate says no: the refresh waits (see status)";
 pub const BUDGET: &str = "daily budget spent: the refresh continues the next UTC day";
 
 pub fn next_step(v: &View) -> Step {
@@ -103,6 +112,12 @@ pub fn next_step(v: &View) -> Step {
             Some(WAITING_FOR_WINDOW)
         } else if v.now < v.refresh_not_before {
             v.budget_spent.then_some(BUDGET)
+        } else if let Some(why) = v.slot_wait {
+            // The slot is looked at again within a second.
+            return Step::Wait {
+                at_most: until(deadline).min(SLOT_POLL),
+                why: v.request.is_some().then_some(why),
+            };
         } else {
             return Step::Refresh { forced };
         };
@@ -145,6 +160,7 @@ mod tests {
             in_window: true,
             refresh_not_before: now,
             budget_spent: false,
+            slot_wait: None,
         }
     }
 
@@ -361,5 +377,45 @@ mod tests {
                 why: None
             }
         );
+    }
+
+    #[test]
+    fn without_a_fleet_slot_nothing_is_refreshed_even_when_forced() {
+        let v = view();
+        let forced = View {
+            request: Some(Request {
+                force: true,
+                rescanned: true,
+                samples: 1,
+                refreshed: false,
+            }),
+            slot_wait: Some(WAITING_FOR_SLOT),
+            ..v
+        };
+        assert_eq!(
+            next_step(&forced),
+            Step::Wait {
+                at_most: SLOT_POLL,
+                why: Some(WAITING_FOR_SLOT)
+            },
+            "a request waits for the slot, and says so"
+        );
+        let degraded = View {
+            wants_refresh: true,
+            slot_wait: Some(ETCD_UNREACHABLE),
+            ..v
+        };
+        assert_eq!(
+            next_step(&degraded),
+            Step::Wait {
+                at_most: SLOT_POLL,
+                why: None
+            }
+        );
+        let held = View {
+            slot_wait: None,
+            ..degraded
+        };
+        assert_eq!(next_step(&held), Step::Refresh { forced: false });
     }
 }

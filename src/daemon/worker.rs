@@ -15,7 +15,7 @@ use crate::sampler::{self, SampleOptions};
 use super::shared::{DriveCell, SampleRecord, Shared};
 use super::step::{next_step, Request, Step, View, CONFIRM};
 
-fn local_minute() -> u16 {
+pub(super) fn local_minute() -> u16 {
     // SAFETY: localtime_r with valid pointers; time(NULL) cannot fail.
     unsafe {
         let t = libc::time(std::ptr::null_mut());
@@ -49,6 +49,8 @@ struct Loop {
     refresh_not_before: Instant,
     /// The daily budget is spent until then.
     budget_until: Option<Instant>,
+    /// Its fleet slot (with `[coordination]`).
+    slot: super::slot::SlotKeeper,
 }
 
 /// What a `refreshctl now` did, in one line (shown by `--wait`).
@@ -112,6 +114,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         req_done: (0, 0),
         refresh_not_before: now,
         budget_until: None,
+        slot: super::slot::SlotKeeper::default(),
     };
     loop {
         let s = settings_for(&shared, &cell);
@@ -128,12 +131,19 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         let in_window = s.window.contains(local_minute());
         let paused = cell.paused.load(Ordering::Relaxed);
         let budget_spent = l.budget_until.is_some_and(|t| Instant::now() < t);
+        let forced = request.is_some_and(|r| r.force);
+        let wanted = (wants_refresh || forced)
+            && in_window
+            && !paused
+            && !budget_spent
+            && Instant::now() >= l.refresh_not_before;
+        let slot_wait = l.slot.wait_reason(&shared, &cell, wanted);
         cell.lock().waiting = match () {
-            _ if !wants_refresh => None,
+            _ if !wants_refresh && !forced => None,
             _ if paused => Some("paused"),
             _ if budget_spent => Some("budget"),
             _ if !in_window => Some("window"),
-            _ => None,
+            _ => slot_wait.map(|(word, _)| word),
         };
         let view = View {
             now: Instant::now(),
@@ -148,6 +158,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             in_window,
             refresh_not_before: l.refresh_not_before,
             budget_spent,
+            slot_wait: slot_wait.map(|(_, why)| why),
         };
         match next_step(&view) {
             Step::Stop => return,
@@ -185,7 +196,16 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                     };
             }
             Step::Refresh { forced } => {
-                let r = super::round::run(&shared, &cell, &store, &s, forced, only.as_deref());
+                let ticket = l.slot.ticket();
+                let r =
+                    super::round::run(&shared, &cell, &store, &s, forced, only.as_deref(), ticket);
+                if let Some(why) = r.gate_failed.clone() {
+                    l.slot.gate_failed(&shared, &cell, why);
+                } else {
+                    // Done, paused, or stopped: the slot goes back now;
+                    // a round that must go on queues again.
+                    l.slot.release(&cell);
+                }
                 if r.finished {
                     if request.is_some() {
                         l.req.refreshed = true;
@@ -212,6 +232,8 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                     }
                 } else if r.rescan {
                     l.next_scan = Instant::now();
+                } else if r.slot_lost || r.gate_failed.is_some() || r.left_window {
+                    // It waits for the slot, the gate or the window again.
                 } else if !shared.stopping() && !cell.paused.load(Ordering::Relaxed) {
                     // It could not start (the error is in the status).
                     l.refresh_not_before = Instant::now() + Duration::from_secs(30);

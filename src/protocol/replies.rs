@@ -21,6 +21,52 @@ pub struct StatusReply {
     /// Configured trees that cannot be watched.
     #[serde(default)]
     pub unwatched: Vec<UnwatchedTree>,
+    /// The fleet group (with `[coordination]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordination: Option<CoordinationReply>,
+}
+
+/// The daemon's group in etcd, in `status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CoordinationReply {
+    pub group: String,
+    /// This daemon's name in the group.
+    pub name: String,
+    pub max_concurrent: u64,
+    /// Whether the etcd session is up.
+    pub connected: bool,
+    /// Why it is not (refreshes wait meanwhile).
+    pub error: Option<String>,
+    /// Why the health gate last said no (cleared when it says yes).
+    pub health: Option<String>,
+    /// Who holds the group's slots, first come first.
+    pub holders: Vec<SlotHolder>,
+    /// Drives of the group waiting for a slot.
+    pub waiting: u64,
+}
+
+/// A holder of one of the group's slots.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SlotHolder {
+    /// The daemon's name (host name by default).
+    pub name: String,
+    pub device: String,
+    /// When it queued (seconds since the epoch).
+    pub since: i64,
+}
+
+/// A drive's place in its group, in `status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SlotReply {
+    /// "held", "waiting" or "unavailable" (etcd cannot be reached).
+    pub state: String,
+    /// While waiting: drives ahead of it.
+    pub ahead: Option<u64>,
+    /// Since it queued.
+    pub waited_seconds: f64,
+    pub held_since: Option<i64>,
+    /// Why it is unavailable.
+    pub reason: Option<String>,
 }
 
 /// One drive in `status`.
@@ -53,6 +99,9 @@ pub struct DriveStatusReply {
     /// What the last `now` did, in one line.
     pub last_request: Option<String>,
     pub error: Option<String>,
+    /// Its place in the fleet group while it wants to refresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<SlotReply>,
 }
 
 /// The last sample's verdict, in `status`.
@@ -120,6 +169,12 @@ pub struct DriveEntry {
     pub paths: Vec<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The controller the drive is behind (`max_active_per_controller`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<String>,
+    /// Its fleet group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// One entry of `plan`.
@@ -185,6 +240,7 @@ mod tests {
             completed: 0,
             last_request: None,
             error: None,
+            slot: None,
         }
     }
 
@@ -224,6 +280,7 @@ mod tests {
             uptime_seconds: 5,
             drives: vec![drive()],
             unwatched: vec![],
+            coordination: None,
         })
         .unwrap();
         v.as_object_mut().unwrap().remove("unwatched");

@@ -1,0 +1,231 @@
+//! The health gate: "can the cluster spare a copy now?", asked before a
+//! slot is taken and between files. A command (exit 0: yes) or an
+//! `http://` URL (2xx: yes), each within `health_timeout`. Anything else
+//! — a non-zero exit, a signal, a timeout, a refused connection — is a
+//! no, with the reason said.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::config::coordination::Coordination;
+
+/// An `http://host[:port]/path` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpUrl {
+    pub host: String,
+    pub port: u16,
+    pub path: String,
+}
+
+impl HttpUrl {
+    pub fn parse(url: &str) -> Result<HttpUrl, String> {
+        let Some(rest) = url.strip_prefix("http://") else {
+            return Err(format!(
+                "{url:?} must start with http:// (for https, use `health_command` with curl)"
+            ));
+        };
+        let (hostport, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let (host, port) = match hostport.rsplit_once(':') {
+            Some((h, p)) => (
+                h,
+                p.parse::<u16>()
+                    .map_err(|_| format!("{url:?}: {p:?} is not a port"))?,
+            ),
+            None => (hostport, 80),
+        };
+        if host.is_empty() || path.contains([' ', '\r', '\n']) {
+            return Err(format!(
+                "{url:?} is not a URL like \"http://127.0.0.1:9200/_cluster/health\""
+            ));
+        }
+        Ok(HttpUrl {
+            host: host.to_string(),
+            port,
+            path: path.to_string(),
+        })
+    }
+}
+
+/// Asks the configured gate; `Ok` when there is none or it says yes,
+/// `Err(why)` when it says no.
+pub fn check(cfg: &Coordination) -> Result<(), String> {
+    match (&cfg.health_command, &cfg.health_url) {
+        (Some(argv), _) => command(argv, cfg.health_timeout),
+        (None, Some(url)) => http(url, cfg.health_timeout),
+        (None, None) => Ok(()),
+    }
+}
+
+fn command(argv: &[String], timeout: Duration) -> Result<(), String> {
+    let Some((prog, args)) = argv.split_first() else {
+        return Ok(());
+    };
+    let mut child = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("health_command {prog}: {e}"))?;
+    let t = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(status)) => {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                let err = err.trim();
+                let err = if err.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", tail(err))
+                };
+                return Err(format!("health_command {prog} {status}{err}"));
+            }
+            Ok(None) if t.elapsed() >= timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "health_command {prog} did not answer within {timeout:?}"
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("health_command {prog}: {e}")),
+        }
+    }
+}
+
+/// The last 200 characters of a message.
+fn tail(s: &str) -> &str {
+    let start = s.len().saturating_sub(200);
+    let start = (start..=s.len())
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(0);
+    &s[start..]
+}
+
+fn http(url: &str, timeout: Duration) -> Result<(), String> {
+    let u = HttpUrl::parse(url)?;
+    let deadline = Instant::now() + timeout;
+    let addr = (u.host.as_str(), u.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("health_url {url}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("health_url {url}: no address"))?;
+    let mut s =
+        TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("health_url {url}: {e}"))?;
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    let _ = s.set_read_timeout(Some(left));
+    let _ = s.set_write_timeout(Some(left));
+    write!(
+        s,
+        "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: refreshd\r\nConnection: close\r\n\r\n",
+        u.path, u.host
+    )
+    .map_err(|e| format!("health_url {url}: {e}"))?;
+    let mut head = [0u8; 64];
+    let mut n = 0;
+    while n < 12 {
+        match s.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) => return Err(format!("health_url {url}: {e}")),
+        }
+    }
+    let line = String::from_utf8_lossy(&head[..n]);
+    let code = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| format!("health_url {url}: not an HTTP answer"))?;
+    if (200..300).contains(&code) {
+        Ok(())
+    } else {
+        Err(format!("health_url {url} answered {code}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_command(argv: &[&str]) -> Coordination {
+        Coordination {
+            health_command: Some(argv.iter().map(|s| s.to_string()).collect()),
+            health_timeout: Duration::from_millis(500),
+            ..Coordination::default()
+        }
+    }
+
+    #[test]
+    fn a_command_says_yes_no_or_times_out() {
+        assert_eq!(check(&with_command(&["/bin/true"])), Ok(()));
+        let no = check(&with_command(&["/bin/sh", "-c", "echo yellow >&2; exit 3"]));
+        assert!(
+            no.as_ref()
+                .is_err_and(|e| e.contains("exit status: 3") && e.contains("yellow")),
+            "{no:?}"
+        );
+        let slow = check(&with_command(&["/bin/sleep", "5"]));
+        assert!(
+            slow.as_ref().is_err_and(|e| e.contains("did not answer")),
+            "{slow:?}"
+        );
+        let missing = check(&with_command(&["/nonexistent/gate"]));
+        assert!(missing.is_err());
+        assert_eq!(check(&Coordination::default()), Ok(()), "no gate: yes");
+    }
+
+    #[test]
+    fn a_url_says_yes_on_2xx_only() {
+        use std::net::TcpListener;
+        let serve = |status: &'static str| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+            let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
+            std::thread::spawn(move || {
+                if let Ok((mut s, _)) = l.accept() {
+                    let mut buf = [0u8; 1024];
+                    let _ = s.read(&mut buf);
+                    let _ = write!(s, "HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+                }
+            });
+            Coordination {
+                health_url: Some(format!("http://127.0.0.1:{port}/_cluster/health")),
+                health_timeout: Duration::from_secs(2),
+                ..Coordination::default()
+            }
+        };
+        assert_eq!(check(&serve("200 OK")), Ok(()));
+        let no = check(&serve("503 Service Unavailable"));
+        assert!(
+            no.as_ref().is_err_and(|e| e.contains("answered 503")),
+            "{no:?}"
+        );
+        let port = crate::coordination::gate::tests::closed_port();
+        let refused = http(&format!("http://127.0.0.1:{port}/"), Duration::from_secs(1));
+        assert!(refused.is_err());
+        assert!(HttpUrl::parse("https://x/").is_err());
+        assert_eq!(
+            HttpUrl::parse("http://es:9200/_cluster/health?wait_for_status=green"),
+            Ok(HttpUrl {
+                host: "es".into(),
+                port: 9200,
+                path: "/_cluster/health?wait_for_status=green".into()
+            })
+        );
+    }
+
+    fn closed_port() -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        l.local_addr().map(|a| a.port()).unwrap_or(1)
+    }
+}

@@ -1,0 +1,345 @@
+//! Fleet coordination: a drive refreshes only while it holds one of its
+//! group's `max_concurrent` slots in etcd.
+//!
+//! The model (the etcd semaphore recipe): each daemon keeps one lease
+//! alive; a drive that wants to refresh puts a key under
+//! `<prefix>/<group>/queue/` attached to that lease. The first
+//! `max_concurrent` keys by creation revision hold the slots; the others
+//! wait in that order (first come, first served). A key goes when its
+//! drive stops wanting the slot ([`Ticket`] dropped), or when its lease
+//! expires (the host died or lost etcd): within `lease_ttl`.
+//!
+//! A slot is held only while it can be proven: [`Ticket::holds`] is true
+//! until two thirds of `lease_ttl` after the last keep-alive etcd
+//! answered, and any failed request ends the session at once. Losing it
+//! sets the drive's cancel flag, so the engine stops after its in-flight
+//! I/O and the file is checkpointed, before another host can take the
+//! slot.
+//!
+//! This part (state, tickets, status) is always built; the etcd session
+//! that drives it is in `session.rs`, behind the `fleet` feature.
+
+pub mod gate;
+#[cfg(feature = "fleet")]
+mod session;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::config::coordination::Coordination;
+use crate::protocol::replies::{CoordinationReply, SlotHolder, SlotReply};
+
+#[cfg(feature = "fleet")]
+pub use session::start;
+
+/// Where a drive's request for a slot stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotState {
+    /// Not in etcd's queue yet (connecting, or between two sessions).
+    Unavailable(String),
+    /// In the queue; `ahead`: keys before it beyond the free slots.
+    Waiting { ahead: usize },
+    /// Held, provably, until then.
+    Held { until: Instant },
+}
+
+#[derive(Debug)]
+struct TicketInner {
+    state: SlotState,
+    /// The key in etcd, once put (and the lease it is attached to).
+    key: Option<String>,
+    /// When it was first held (for the log and status).
+    held_since: Option<i64>,
+}
+
+/// A drive's place in the queue, shared with the session.
+#[derive(Debug)]
+pub struct TicketShared {
+    pub device: String,
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+    /// The drive's cancel flag: set when a held slot is lost.
+    cancel: Arc<AtomicBool>,
+    queued_at: Instant,
+    inner: Mutex<TicketInner>,
+}
+
+impl TicketShared {
+    /// The drive's slot, for its status.
+    pub fn reply(&self) -> SlotReply {
+        let t = self.lock();
+        let (state, ahead, why) = match &t.state {
+            SlotState::Held { until } if *until > Instant::now() => ("held", None, None),
+            SlotState::Held { .. } => (
+                "unavailable",
+                None,
+                Some("the lease was not renewed in time".to_string()),
+            ),
+            SlotState::Waiting { ahead } => ("waiting", Some(*ahead as u64), None),
+            SlotState::Unavailable(why) => ("unavailable", None, Some(why.clone())),
+        };
+        SlotReply {
+            state: state.into(),
+            ahead,
+            waited_seconds: self.queued_at.elapsed().as_secs_f64(),
+            held_since: t.held_since,
+            reason: why,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TicketInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+    /// Moves to `state`; a held slot that is no longer held stops the
+    /// drive's engine (in-flight I/O finishes, the file is checkpointed).
+    fn set(&self, state: SlotState) {
+        let mut t = self.lock();
+        let was_held = matches!(t.state, SlotState::Held { .. });
+        let is_held = matches!(state, SlotState::Held { .. });
+        if was_held && !is_held {
+            self.cancel.store(true, Ordering::Relaxed);
+            tracing::warn!(device = %self.device, ?state, "fleet slot lost: stopping the refresh");
+        }
+        if is_held && !was_held {
+            t.held_since = Some(crate::inventory::now_secs());
+            tracing::info!(device = %self.device, waited = ?self.queued_at.elapsed(), "fleet slot taken");
+        }
+        t.state = state;
+    }
+}
+
+/// A holder of one of the group's slots, as read from etcd.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QueueEntry {
+    pub name: String,
+    pub device: String,
+    pub since: i64,
+}
+
+#[derive(Debug, Default)]
+struct FleetState {
+    connected: bool,
+    error: Option<String>,
+    /// The group's queue as last read: holders first.
+    queue: Vec<QueueEntry>,
+    tickets: BTreeMap<u64, Arc<TicketShared>>,
+    /// Keys of dropped tickets, to delete.
+    released: Vec<String>,
+    /// Why the health gate last failed (cleared when it passes).
+    health: Option<String>,
+}
+
+/// The daemon's membership in its group.
+#[derive(Debug)]
+pub struct Fleet {
+    pub cfg: Coordination,
+    state: Mutex<FleetState>,
+    /// Wakes the session (a ticket queued or dropped).
+    wake: tokio::sync::Notify,
+    next_id: AtomicU64,
+    /// Slot waits and losses, for the metrics.
+    pub events: FleetCounters,
+}
+
+/// Counters the metrics read.
+#[derive(Debug, Default)]
+pub struct FleetCounters {
+    pub connect_errors: AtomicU64,
+    pub sessions_lost: AtomicU64,
+    pub health_failures: AtomicU64,
+}
+
+impl Fleet {
+    /// A fleet with no session yet (the session, or a test, drives it).
+    pub fn new(cfg: Coordination) -> Arc<Fleet> {
+        Arc::new(Fleet {
+            cfg,
+            state: Mutex::new(FleetState {
+                error: Some("connecting to etcd".into()),
+                ..FleetState::default()
+            }),
+            wake: tokio::sync::Notify::new(),
+            next_id: AtomicU64::new(1),
+            events: FleetCounters::default(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FleetState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `device` for a slot; dropping the ticket leaves the queue
+    /// (and gives the slot back). `cancel` is the drive's engine flag.
+    pub fn queue(self: &Arc<Self>, device: &str, cancel: Arc<AtomicBool>) -> Ticket {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut st = self.lock();
+        let why = st.error.clone().unwrap_or_else(|| "queueing".into());
+        let shared = Arc::new(TicketShared {
+            device: device.to_string(),
+            cancel,
+            queued_at: Instant::now(),
+            inner: Mutex::new(TicketInner {
+                state: SlotState::Unavailable(why),
+                key: None,
+                held_since: None,
+            }),
+        });
+        st.tickets.insert(id, shared.clone());
+        drop(st);
+        self.wake.notify_one();
+        Ticket {
+            id,
+            shared,
+            fleet: self.clone(),
+        }
+    }
+
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+    /// The session is up.
+    fn connected(&self) {
+        let mut st = self.lock();
+        if !st.connected {
+            tracing::info!(group = %self.cfg.group, "connected to etcd");
+        }
+        st.connected = true;
+        st.error = None;
+    }
+
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+    /// No session: every ticket waits for the next one (a held slot is
+    /// lost, its engine stopped), and the status says why.
+    fn disconnected(&self, why: &str) {
+        let tickets: Vec<Arc<TicketShared>> = {
+            let mut st = self.lock();
+            st.connected = false;
+            st.error = Some(why.to_string());
+            st.queue.clear();
+            st.tickets.values().cloned().collect()
+        };
+        for t in tickets {
+            t.lock().key = None;
+            t.set(SlotState::Unavailable(why.to_string()));
+        }
+    }
+
+    /// The health gate's last verdict (for the status).
+    pub fn set_health(&self, failure: Option<String>) {
+        if failure.is_some() {
+            self.events.health_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        self.lock().health = failure;
+    }
+
+    /// Whether the session is up.
+    pub fn connected_now(&self) -> bool {
+        self.lock().connected
+    }
+
+    /// What `refreshctl status` shows of the group.
+    pub fn reply(&self) -> CoordinationReply {
+        let st = self.lock();
+        let holders = st
+            .queue
+            .iter()
+            .take(self.cfg.max_concurrent)
+            .map(|e| SlotHolder {
+                name: e.name.clone(),
+                device: e.device.clone(),
+                since: e.since,
+            })
+            .collect();
+        CoordinationReply {
+            group: self.cfg.group.clone(),
+            name: self.cfg.name.clone(),
+            max_concurrent: self.cfg.max_concurrent as u64,
+            connected: st.connected,
+            error: st.error.clone(),
+            health: st.health.clone(),
+            holders,
+            waiting: st.queue.len().saturating_sub(self.cfg.max_concurrent) as u64,
+        }
+    }
+}
+
+/// A drive's request for a slot: while it lives, the drive is in the
+/// group's queue; dropped, its key is deleted (the slot given back).
+#[derive(Debug)]
+pub struct Ticket {
+    id: u64,
+    shared: Arc<TicketShared>,
+    fleet: Arc<Fleet>,
+}
+
+impl Ticket {
+    /// Whether the slot is held, provably, now.
+    pub fn holds(&self) -> bool {
+        matches!(self.shared.lock().state, SlotState::Held { until } if until > Instant::now())
+    }
+
+    pub fn state(&self) -> SlotState {
+        self.shared.lock().state.clone()
+    }
+
+    /// How long it has waited (or waited before it got the slot).
+    pub fn waited(&self) -> Duration {
+        self.shared.queued_at.elapsed()
+    }
+
+    /// What the status shows of it (shared with the control server).
+    pub fn view(&self) -> Arc<TicketShared> {
+        self.shared.clone()
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let key = self.shared.lock().key.take();
+        let held = matches!(self.shared.lock().state, SlotState::Held { .. });
+        {
+            let mut st = self.fleet.lock();
+            st.tickets.remove(&self.id);
+            if let Some(k) = key {
+                st.released.push(k);
+            }
+        }
+        if held {
+            tracing::info!(device = %self.shared.device, "fleet slot released");
+        }
+        self.fleet.wake.notify_one();
+    }
+}
+
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+/// Ranks the local tickets against the group's queue (sorted by creation
+/// revision): the first `max` keys hold the slots until `until`.
+fn rank(fleet: &Fleet, keys: &[String], entries: Vec<QueueEntry>, until: Instant) {
+    let tickets: Vec<Arc<TicketShared>> = {
+        let mut st = fleet.lock();
+        st.queue = entries;
+        st.tickets.values().cloned().collect()
+    };
+    let max = fleet.cfg.max_concurrent;
+    for t in tickets {
+        let Some(key) = t.lock().key.clone() else {
+            continue;
+        };
+        match keys.iter().position(|k| *k == key) {
+            Some(i) if i < max => t.set(SlotState::Held { until }),
+            Some(i) => t.set(SlotState::Waiting { ahead: i + 1 - max }),
+            None => {
+                // Gone from etcd (lease expired, deleted by hand): queue
+                // again, at the end.
+                t.lock().key = None;
+                t.set(SlotState::Unavailable(
+                    "our key left etcd's queue; queueing again".into(),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

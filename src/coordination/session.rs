@@ -1,0 +1,233 @@
+//! The etcd session behind a [`Fleet`]: connect (authenticated), revoke
+//! the previous run's lease, grant a lease and keep it alive, put and
+//! delete the drives' queue keys, read the group's queue and rank the
+//! tickets. Any failed request ends the session at once (held slots are
+//! given up); the next one starts after a backoff.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget};
+
+use super::{rank, Fleet, QueueEntry};
+use crate::config::coordination::Coordination;
+
+/// Starts the session task on `rt`; the fleet's state says how it goes.
+/// The previous run's lease id is kept in `state_dir` and revoked first,
+/// so a restarted daemon does not wait behind its own dead key.
+pub fn start(cfg: Coordination, state_dir: &Path, rt: &tokio::runtime::Handle) -> Arc<Fleet> {
+    let fleet = Fleet::new(cfg);
+    let f = fleet.clone();
+    let lease_file = state_dir.join("coordination.lease");
+    rt.spawn(async move { run(f, lease_file).await });
+    fleet
+}
+
+/// How often the queue is read (and the session checked).
+fn poll_every(cfg: &Coordination) -> Duration {
+    (cfg.lease_ttl / 3).min(Duration::from_secs(1))
+}
+
+async fn run(fleet: Arc<Fleet>, lease_file: PathBuf) {
+    let mut old_lease = std::fs::read_to_string(&lease_file)
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok());
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match Session::open(&fleet.cfg).await {
+            Ok(mut s) => {
+                if let Some(old) = old_lease.take() {
+                    // Our previous lease (a restart, a lost session): its
+                    // keys would hold a slot for nobody until it expires.
+                    let _ = tokio::time::timeout(s.timeout, s.client.lease_revoke(old)).await;
+                }
+                if let Err(e) = std::fs::write(&lease_file, s.lease.to_string()) {
+                    tracing::warn!("recording the etcd lease in {}: {e}", lease_file.display());
+                }
+                fleet.connected();
+                backoff = Duration::from_secs(1);
+                let why = s.serve(&fleet).await;
+                fleet.events.sessions_lost.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("etcd session lost: {why}");
+                fleet.disconnected(&format!("etcd session lost: {why}"));
+                old_lease = Some(s.lease);
+            }
+            Err(why) => {
+                fleet.events.connect_errors.fetch_add(1, Ordering::Relaxed);
+                let msg = format!(
+                    "etcd unreachable ({}): {why}; not refreshing until it is",
+                    fleet.cfg.etcd_endpoints.join(", ")
+                );
+                if fleet.connected_now() || fleet.lock().error.as_deref() != Some(&msg) {
+                    tracing::error!("{msg}");
+                }
+                fleet.disconnected(&msg);
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+        tokio::time::sleep(backoff).await;
+    }
+}
+
+/// The message of an etcd error, without the transport's noise.
+fn describe(e: &etcd_client::Error) -> String {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            let msg = s.message();
+            if msg.contains("authentication failed") || msg.contains("invalid user") {
+                format!("authentication failed (user or password wrong): {msg}")
+            } else {
+                msg.to_string()
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+/// One session: a client and a lease kept alive.
+struct Session {
+    client: Client,
+    lease: i64,
+    keeper: etcd_client::LeaseKeeper,
+    stream: etcd_client::LeaseKeepAliveStream,
+    timeout: Duration,
+    ttl: Duration,
+}
+
+impl Session {
+    async fn open(cfg: &Coordination) -> Result<Session, String> {
+        let timeout = (cfg.lease_ttl / 3).min(Duration::from_secs(2));
+        let mut opts = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout);
+        if let (Some(user), Some(file)) = (&cfg.user, &cfg.password_file) {
+            let pw = std::fs::read_to_string(file)
+                .map_err(|e| format!("reading password_file {}: {e}", file.display()))?;
+            opts = opts.with_user(user.clone(), pw.trim_end_matches(['\n', '\r']).to_string());
+        }
+        let connect = Client::connect(&cfg.etcd_endpoints, Some(opts));
+        let mut client = tokio::time::timeout(timeout * 2, connect)
+            .await
+            .map_err(|_| "connecting timed out".to_string())?
+            .map_err(|e| describe(&e))?;
+        let ttl = cfg.lease_ttl.as_secs() as i64;
+        let lease = with_timeout(timeout, client.lease_grant(ttl, None))
+            .await?
+            .id();
+        let (keeper, stream) = with_timeout(timeout, client.lease_keep_alive(lease)).await?;
+        Ok(Session {
+            client,
+            lease,
+            keeper,
+            stream,
+            timeout,
+            ttl: cfg.lease_ttl,
+        })
+    }
+
+    /// Keeps the lease alive and the queue ranked until a request fails;
+    /// returns why.
+    async fn serve(&mut self, fleet: &Fleet) -> String {
+        let mut next_keepalive = Instant::now();
+        let mut until = Instant::now();
+        loop {
+            if Instant::now() >= next_keepalive {
+                let sent = Instant::now();
+                match self.keep_alive().await {
+                    Ok(()) => {
+                        // The lease lasts at least `ttl` from `sent`; a
+                        // third of it is left for in-flight I/O to end.
+                        until = sent + self.ttl * 2 / 3;
+                        next_keepalive = sent + self.ttl / 3;
+                    }
+                    Err(why) => return why,
+                }
+            }
+            if let Err(why) = self.sync(fleet, until).await {
+                return why;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(poll_every(&fleet.cfg)) => {}
+                _ = fleet.wake.notified() => {}
+            }
+        }
+    }
+
+    async fn keep_alive(&mut self) -> Result<(), String> {
+        let round = async {
+            self.keeper.keep_alive().await?;
+            self.stream.message().await
+        };
+        match tokio::time::timeout(self.timeout, round).await {
+            Err(_) => Err("no keep-alive answer in time".into()),
+            Ok(Err(e)) => Err(describe(&e)),
+            Ok(Ok(None)) => Err("the keep-alive stream ended".into()),
+            Ok(Ok(Some(r))) if r.ttl() <= 0 => Err("the lease expired".into()),
+            Ok(Ok(Some(_))) => Ok(()),
+        }
+    }
+
+    /// Deletes released keys, puts new ones, reads the queue and ranks.
+    async fn sync(&mut self, fleet: &Fleet, until: Instant) -> Result<(), String> {
+        let released = std::mem::take(&mut fleet.lock().released);
+        for key in released {
+            with_timeout(self.timeout, self.client.delete(key, None)).await?;
+        }
+        let prefix = format!("{}/{}/queue/", fleet.cfg.prefix, fleet.cfg.group);
+        let unqueued: Vec<Arc<super::TicketShared>> = fleet
+            .lock()
+            .tickets
+            .values()
+            .filter(|t| t.lock().key.is_none())
+            .cloned()
+            .collect();
+        for t in unqueued {
+            let key = format!("{prefix}{:016x}/{}", self.lease, t.device);
+            let entry = QueueEntry {
+                name: fleet.cfg.name.clone(),
+                device: t.device.clone(),
+                since: crate::inventory::now_secs(),
+            };
+            let value = serde_json::to_vec(&entry).unwrap_or_default();
+            let opts = PutOptions::new().with_lease(self.lease);
+            with_timeout(
+                self.timeout,
+                self.client.put(key.clone(), value, Some(opts)),
+            )
+            .await?;
+            t.lock().key = Some(key);
+        }
+        let opts = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let resp = with_timeout(self.timeout, self.client.get(prefix, Some(opts))).await?;
+        let mut keys = vec![];
+        let mut entries = vec![];
+        for kv in resp.kvs() {
+            keys.push(String::from_utf8_lossy(kv.key()).into_owned());
+            entries.push(
+                serde_json::from_slice::<QueueEntry>(kv.value()).unwrap_or(QueueEntry {
+                    name: "?".into(),
+                    device: String::from_utf8_lossy(kv.key()).into_owned(),
+                    since: 0,
+                }),
+            );
+        }
+        fleet.connected();
+        rank(fleet, &keys, entries, until);
+        Ok(())
+    }
+}
+
+async fn with_timeout<T>(
+    d: Duration,
+    f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(d, f).await {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(e)) => Err(describe(&e)),
+        Err(_) => Err(format!("etcd did not answer within {d:?}")),
+    }
+}

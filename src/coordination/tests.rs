@@ -1,0 +1,146 @@
+//! The slot state machine without etcd: ranking, proof by time, losing a
+//! held slot (the engine is stopped), keys that vanish, release on drop.
+
+use super::*;
+
+fn fleet(max: usize) -> Arc<Fleet> {
+    Fleet::new(Coordination {
+        group: "g".into(),
+        max_concurrent: max,
+        ..Coordination::default()
+    })
+}
+
+fn entry(device: &str) -> QueueEntry {
+    QueueEntry {
+        name: "h".into(),
+        device: device.into(),
+        since: 0,
+    }
+}
+
+/// Gives the ticket a key, as the session does after its put.
+fn put(t: &Ticket, key: &str) {
+    t.shared.lock().key = Some(key.into());
+}
+
+fn later() -> Instant {
+    Instant::now() + Duration::from_secs(10)
+}
+
+#[test]
+fn the_first_keys_by_revision_hold_the_slots_the_rest_wait_in_order() {
+    let f = fleet(1);
+    let (ca, cb) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let a = f.queue("sda", ca);
+    let b = f.queue("sdb", cb);
+    assert!(
+        matches!(a.state(), SlotState::Unavailable(_)),
+        "not in etcd yet"
+    );
+    assert!(!a.holds());
+    put(&a, "/r/g/queue/1/sda");
+    put(&b, "/r/g/queue/1/sdb");
+    // Another host's key came first.
+    let keys = ["/r/g/queue/9/sdx", "/r/g/queue/1/sda", "/r/g/queue/1/sdb"].map(String::from);
+    let entries = vec![entry("sdx"), entry("sda"), entry("sdb")];
+    rank(&f, &keys, entries.clone(), later());
+    assert_eq!(a.state(), SlotState::Waiting { ahead: 1 });
+    assert_eq!(b.state(), SlotState::Waiting { ahead: 2 });
+    assert_eq!(f.reply().holders.len(), 1);
+    assert_eq!(f.reply().holders[0].device, "sdx");
+    assert_eq!(f.reply().waiting, 2);
+    // The other host is done: first come, first served.
+    rank(&f, &keys[1..], entries[1..].to_vec(), later());
+    assert!(a.holds(), "{:?}", a.state());
+    assert_eq!(b.state(), SlotState::Waiting { ahead: 1 });
+    assert_eq!(a.view().reply().state, "held");
+}
+
+#[test]
+fn a_slot_is_held_only_while_the_lease_is_proven() {
+    let f = fleet(1);
+    let a = f.queue("sda", Arc::default());
+    put(&a, "k");
+    rank(
+        &f,
+        &["k".into()],
+        vec![entry("sda")],
+        Instant::now() + Duration::from_millis(50),
+    );
+    assert!(a.holds());
+    std::thread::sleep(Duration::from_millis(80));
+    // No keep-alive answered since: not held, whatever the state says.
+    assert!(!a.holds(), "held past the proof");
+    assert_eq!(a.view().reply().state, "unavailable");
+}
+
+#[test]
+fn losing_the_session_stops_the_engine_of_a_held_slot_only() {
+    let f = fleet(1);
+    let (ca, cb) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let a = f.queue("sda", ca.clone());
+    let b = f.queue("sdb", cb.clone());
+    put(&a, "ka");
+    put(&b, "kb");
+    rank(
+        &f,
+        &["ka".into(), "kb".into()],
+        vec![entry("sda"), entry("sdb")],
+        later(),
+    );
+    assert!(a.holds());
+    f.disconnected("etcd session lost: no keep-alive answer in time");
+    assert!(!a.holds());
+    assert!(
+        ca.load(Ordering::Relaxed),
+        "the holder's engine is told to stop"
+    );
+    assert!(!cb.load(Ordering::Relaxed), "a waiter had nothing to stop");
+    assert!(matches!(a.state(), SlotState::Unavailable(ref w) if w.contains("keep-alive")));
+    assert!(
+        a.shared.lock().key.is_none(),
+        "queued again in the next session"
+    );
+    let r = f.reply();
+    assert!(!r.connected && r.holders.is_empty());
+}
+
+#[test]
+fn a_key_that_vanished_from_etcd_is_a_lost_slot() {
+    let f = fleet(2);
+    let ca = Arc::new(AtomicBool::new(false));
+    let a = f.queue("sda", ca.clone());
+    put(&a, "ka");
+    rank(&f, &["ka".into()], vec![entry("sda")], later());
+    assert!(a.holds());
+    // Deleted by hand, or its lease expired: never assume it is still ours.
+    rank(&f, &[], vec![], later());
+    assert!(!a.holds());
+    assert!(ca.load(Ordering::Relaxed));
+    assert!(a.shared.lock().key.is_none());
+}
+
+#[test]
+fn dropping_a_ticket_releases_its_key() {
+    let f = fleet(1);
+    let a = f.queue("sda", Arc::default());
+    put(&a, "ka");
+    let b = f.queue("sdb", Arc::default());
+    drop(a);
+    let st = f.lock();
+    assert_eq!(st.released, vec!["ka".to_string()], "to delete in etcd");
+    assert_eq!(st.tickets.len(), 1);
+    drop(st);
+    drop(b);
+    assert!(
+        f.lock().released.len() == 1,
+        "an unqueued ticket had no key"
+    );
+}

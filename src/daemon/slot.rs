@@ -1,0 +1,94 @@
+//! A drive's fleet slot, from its worker's side. While the drive wants to
+//! refresh (degraded or asked, in its window, not paused), it asks the
+//! health gate and then queues for a slot; the refresh starts only once
+//! the slot is held. When it stops wanting to (done, paused, out of the
+//! window), the ticket is dropped and the slot given back. Without
+//! `[coordination]` every call here says "go".
+
+use std::time::{Duration, Instant};
+
+use crate::coordination::{gate, SlotState, Ticket};
+
+use super::shared::{DriveCell, Shared};
+use super::step::{ETCD_UNREACHABLE, HEALTH_GATE, WAITING_FOR_SLOT};
+
+/// After the health gate said no, it is asked again this much later.
+pub const GATE_RETRY: Duration = Duration::from_secs(10);
+
+/// The worker's hold on its slot.
+#[derive(Debug)]
+pub struct SlotKeeper {
+    ticket: Option<Ticket>,
+    gate_retry_at: Instant,
+}
+
+impl Default for SlotKeeper {
+    fn default() -> SlotKeeper {
+        SlotKeeper {
+            ticket: None,
+            gate_retry_at: Instant::now(),
+        }
+    }
+}
+
+impl SlotKeeper {
+    /// Why the drive may not refresh now (and its `waiting` word), or
+    /// `None` when it may. `wanted`: it would refresh now otherwise.
+    pub fn wait_reason(
+        &mut self,
+        shared: &Shared,
+        cell: &DriveCell,
+        wanted: bool,
+    ) -> Option<(&'static str, &'static str)> {
+        let fleet = shared.fleet.as_ref()?;
+        if !wanted {
+            self.release(cell);
+            return None;
+        }
+        if self.ticket.is_none() {
+            if Instant::now() < self.gate_retry_at {
+                return Some(("health", HEALTH_GATE));
+            }
+            if let Err(why) = gate::check(&fleet.cfg) {
+                tracing::warn!("health gate: {why}; the refresh waits");
+                fleet.set_health(Some(why));
+                self.gate_retry_at = Instant::now() + GATE_RETRY;
+                return Some(("health", HEALTH_GATE));
+            }
+            fleet.set_health(None);
+            let t = fleet.queue(&cell.label, cell.cancel.clone());
+            *cell.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.view());
+            self.ticket = Some(t);
+        }
+        let t = self.ticket.as_ref()?;
+        if t.holds() {
+            return None;
+        }
+        Some(match t.state() {
+            SlotState::Unavailable(_) => ("etcd", ETCD_UNREACHABLE),
+            _ => ("slot", WAITING_FOR_SLOT),
+        })
+    }
+
+    /// The ticket, while queued or held.
+    pub fn ticket(&self) -> Option<&Ticket> {
+        self.ticket.as_ref()
+    }
+
+    /// Leaves the queue (gives the slot back).
+    pub fn release(&mut self, cell: &DriveCell) {
+        if self.ticket.take().is_some() {
+            *cell.slot.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
+    /// The health gate said no between files: give the slot back and ask
+    /// the gate again later.
+    pub fn gate_failed(&mut self, shared: &Shared, cell: &DriveCell, why: String) {
+        if let Some(f) = &shared.fleet {
+            f.set_health(Some(why));
+        }
+        self.release(cell);
+        self.gate_retry_at = Instant::now() + GATE_RETRY;
+    }
+}
