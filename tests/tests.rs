@@ -11,6 +11,10 @@ mod daemon_judge;
 mod daemon_now;
 mod daemon_recovery;
 mod drives;
+#[cfg(feature = "fleet")]
+mod fleet;
+#[cfg(feature = "fleet")]
+mod fleet_harness;
 mod guards;
 mod helpers;
 mod io_errors;

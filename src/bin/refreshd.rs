@@ -147,6 +147,23 @@ struct RefreshArgs {
     io_priority: IoPriority,
 }
 
+/// What `check-config` says of a good config.
+fn check_config_ok(path: &std::path::Path, c: &refreshd::config::Config) -> i32 {
+    println!(
+        "{}: ok ({} path(s), state in {})",
+        path.display(),
+        c.paths.len(),
+        c.state_dir.display()
+    );
+    if let Some(k) = &c.coordination {
+        println!(
+            "fleet: group {} as {:?}, at most {} at once, etcd reachable",
+            k.group, k.name, k.max_concurrent
+        );
+    }
+    0
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The daemon logs what it does at `info` by default (start, state
@@ -180,20 +197,16 @@ fn main() -> ExitCode {
             }
         },
         Command::CheckConfig { config } => match refreshd::config::load(&config) {
-            Ok(c) if !refreshd::config::trees::check(&c).is_empty() => {
-                for p in refreshd::config::trees::check(&c) {
+            Ok(c) => {
+                let problems = refreshd::config::trees::check(&c);
+                for p in &problems {
                     eprintln!("{p}");
                 }
-                1
-            }
-            Ok(c) => {
-                println!(
-                    "{}: ok ({} path(s), state in {})",
-                    config.display(),
-                    c.paths.len(),
-                    c.state_dir.display()
-                );
-                0
+                if problems.is_empty() {
+                    check_config_ok(&config, &c)
+                } else {
+                    1
+                }
             }
             Err(e) => {
                 eprintln!("{e}");

@@ -93,6 +93,12 @@ pub fn check(cfg: &Config) -> Vec<Problem> {
             out.push(at(p.at, m));
         }
     }
+    #[cfg(feature = "fleet")]
+    if let Some(c) = &cfg.coordination {
+        if let Err(m) = crate::coordination::probe(c) {
+            out.push(at(c.endpoints_at, m));
+        }
+    }
     out.sort_by_key(|q| (q.line, q.col));
     out
 }

@@ -32,7 +32,7 @@ use crate::config::coordination::Coordination;
 use crate::protocol::replies::{CoordinationReply, SlotHolder, SlotReply};
 
 #[cfg(feature = "fleet")]
-pub use session::start;
+pub use session::{probe, start};
 
 /// Where a drive's request for a slot stands.
 #[derive(Debug, Clone, PartialEq, Eq)]

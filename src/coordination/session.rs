@@ -25,6 +25,31 @@ pub fn start(cfg: Coordination, state_dir: &Path, rt: &tokio::runtime::Handle) -
     fleet
 }
 
+/// What `check-config` asks etcd: can it be reached, do the credentials
+/// work, can the group's queue be read. `Ok` says what it found.
+pub fn probe(cfg: &Coordination) -> Result<String, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting a runtime: {e}"))?;
+    rt.block_on(async {
+        let mut s = Session::open(cfg).await.map_err(|why| {
+            format!("etcd ({}): {why}", cfg.etcd_endpoints.join(", "))
+        })?;
+        let prefix = format!("{}/{}/queue/", cfg.prefix, cfg.group);
+        let opts = GetOptions::new().with_prefix().with_count_only();
+        let n = with_timeout(s.timeout, s.client.get(prefix.clone(), Some(opts)))
+            .await
+            .map_err(|why| format!("etcd: reading {prefix}: {why}"))?
+            .count();
+        let _ = with_timeout(s.timeout, s.client.lease_revoke(s.lease)).await;
+        Ok(format!(
+            "etcd reachable; group {} has {n} drive(s) holding or waiting for its {} slot(s)",
+            cfg.group, cfg.max_concurrent
+        ))
+    })
+}
+
 /// How often the queue is read (and the session checked).
 fn poll_every(cfg: &Coordination) -> Duration {
     (cfg.lease_ttl / 3).min(Duration::from_secs(1))

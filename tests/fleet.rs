@@ -1,0 +1,454 @@
+//! Fleet coordination against a real etcd (127.0.0.1, free ports, temp
+//! data): at most `max_concurrent` drives of a group refresh at once, a
+//! dead holder's slot frees itself within `lease_ttl`, an etcd outage
+//! stops the holder and nobody else starts, bad input is refused or
+//! shown, the health gate holds refreshes back. Every file's bytes and
+//! times are checked afterwards.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::daemon_harness::*;
+use crate::fleet_harness::*;
+use crate::helpers::*;
+
+/// Slow enough that refreshes overlap unless something stops them.
+const SLOW: &str = "rate = \"8MiB/s\"\nsample_interval = \"1h\"\nyield = \"off\"\n";
+
+/// A daemon on its own loop filesystem, with `files` stale files of `mib`.
+struct Member {
+    _fs: LoopFs,
+    tmp: tempfile::TempDir,
+    cfg: PathBuf,
+    port: u16,
+    files: Vec<PathBuf>,
+    before: Vec<Fingerprint>,
+}
+
+fn member(name: &str, etcd: &str, max: usize, files: usize, mib: usize, extra: &str) -> Member {
+    let fs = LoopFs::new("ext4", 256);
+    let tree = fs.path("tree");
+    let seed = name.bytes().map(u64::from).sum::<u64>() * 100;
+    let files = stale_files(&tree, files, mib, seed);
+    fs.sync();
+    let before = files.iter().map(|p| fingerprint(p)).collect();
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let port = free_port();
+    let section = coordination(etcd, "shard-7", name, max, extra);
+    let cfg = fleet_config(tmp.path(), &tree, port, SLOW, &section);
+    Member {
+        _fs: fs,
+        tmp,
+        cfg,
+        port,
+        files,
+        before,
+    }
+}
+
+impl Member {
+    fn fs_tree(&self) -> PathBuf {
+        self._fs.path("tree")
+    }
+
+    fn start(&self) -> Daemon {
+        Daemon::start(self.tmp.path(), &self.cfg, self.port)
+    }
+
+    fn unchanged(&self) {
+        let now: Vec<Fingerprint> = self.files.iter().map(|p| fingerprint(p)).collect();
+        assert_eq!(self.before, now, "contents, layout and times unchanged");
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.files.len() as u64) * std::fs::metadata(&self.files[0]).unwrap().len()
+    }
+}
+
+fn refreshed(d: &Daemon) -> u64 {
+    refreshed_bytes(&d.metrics()) as u64
+}
+
+fn force(d: &Daemon) {
+    let (code, _, err) = d.ctl(&["now", "--force"]);
+    assert_eq!(code, 0, "{err}");
+}
+
+fn all_done(daemons: &[Daemon], members: &[Member]) -> bool {
+    daemons
+        .iter()
+        .zip(members)
+        .all(|(d, m)| refreshed(d) >= m.bytes() && d.status()["refresh"].is_null())
+}
+
+fn wait_all(what: &str, secs: u64, daemons: &[Daemon], members: &[Member]) {
+    let t = Instant::now();
+    while !all_done(daemons, members) {
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "timed out waiting for {what}\n{}",
+            daemons
+                .iter()
+                .map(|d| format!("--- {}\n{}", d.ctl(&["status"]).1, d.log()))
+                .collect::<String>()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Runs three daemons in one group with `max` slots, every one asked to
+/// refresh 3 × 16 MiB at 8 MiB/s; returns the most seen refreshing at
+/// once (metrics, sampled) and the most overlapping in their logs.
+fn three_in_a_group(max: usize) -> (usize, usize) {
+    let etcd = Etcd::start();
+    let members: Vec<Member> = ["a", "b", "c"]
+        .iter()
+        .map(|n| member(n, &etcd.endpoint(), max, 3, 16, ""))
+        .collect();
+    let daemons: Vec<Daemon> = members.iter().map(Member::start).collect();
+    let watcher = Watcher::start(members.iter().map(|m| m.port).collect());
+    for d in &daemons {
+        force(d);
+    }
+    wait_all("every drive refreshed", 120, &daemons, &members);
+    let seen = watcher.max();
+    drop(watcher);
+    let intervals: Vec<(f64, f64)> = daemons
+        .iter()
+        .flat_map(|d| refresh_intervals(&d.log()))
+        .collect();
+    assert!(intervals.len() >= 3, "{intervals:?}");
+    for d in &daemons {
+        let log = d.log();
+        assert!(log.contains("fleet slot taken"), "{log}");
+        assert!(log.contains("fleet slot released"), "{log}");
+    }
+    assert!(etcd.queue("shard-7").is_empty(), "every slot given back");
+    drop(daemons);
+    for m in &members {
+        m.unchanged();
+    }
+    (seen, most_overlapping(&intervals))
+}
+
+#[test]
+fn privileged_fleet_two_slots_two_at_a_time_never_three() {
+    if !have_etcd("privileged_fleet_two_slots_two_at_a_time_never_three") {
+        return;
+    }
+    let (seen, overlap) = three_in_a_group(2);
+    assert_eq!(overlap, 2, "never three at once, and two did run together");
+    assert!(seen <= 2, "the metrics saw {seen} at once");
+}
+
+#[test]
+fn privileged_fleet_one_slot_one_at_a_time() {
+    if !have_etcd("privileged_fleet_one_slot_one_at_a_time") {
+        return;
+    }
+    let (seen, overlap) = three_in_a_group(1);
+    assert_eq!(overlap, 1, "one at a time");
+    assert_eq!(seen, 1);
+}
+
+fn in_progress(d: &Daemon) -> bool {
+    refreshing(d.port)
+}
+
+fn bytes_done(d: &Daemon) -> u64 {
+    d.status()["refresh"]["bytes_done"].as_u64().unwrap_or(0)
+}
+
+/// The skip of "resuming from checkpoint" in a log, if any.
+fn resumed_at(log: &str) -> Option<u64> {
+    log.lines()
+        .find(|l| l.contains("resuming from checkpoint"))?
+        .split("skip=")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Whether the file's (mtime, ctime) are what the one journal record under
+/// `state` says refreshd's own writes left (then recovery can restore it).
+fn journal_exact(state: &Path, file: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(rec) = journal_records(state).into_iter().next() else {
+        return false;
+    };
+    let text = std::fs::read_to_string(rec).unwrap();
+    let r: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let m = std::fs::metadata(file).unwrap();
+    (m.mtime() * 1_000_000_000 + m.mtime_nsec()) == r["left_mtime_ns"].as_i64().unwrap()
+        && (m.ctime() * 1_000_000_000 + m.ctime_nsec()) == r["left_ctime_ns"].as_i64().unwrap()
+}
+
+#[test]
+fn privileged_fleet_a_killed_holder_frees_its_slot_within_the_lease_ttl() {
+    if !have_etcd("privileged_fleet_a_killed_holder_frees_its_slot_within_the_lease_ttl") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let a = member("a", &etcd.endpoint(), 1, 2, 48, "");
+    let b = member("b", &etcd.endpoint(), 1, 1, 32, "");
+    let mut da = a.start();
+    let db = b.start();
+    force(&da);
+    da.wait_for("a refreshing", 30, |d| in_progress(d) && bytes_done(d) >= 8 << 20);
+    force(&db);
+    db.wait_for("b waiting for the slot", 30, |d| {
+        d.status()["slot"]["state"] == "waiting"
+    });
+    let (_, text, _) = db.ctl(&["status"]);
+    assert!(text.contains("waiting for a fleet slot") && text.contains("slots held by: a/"), "{text}");
+    assert!(bytes_done(&da) < 40 << 20, "still in the first file");
+    da.child.kill().unwrap();
+    let killed = Instant::now();
+    da.child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let exact = journal_exact(&a.tmp.path().join("state"), &a.files[0]);
+    db.wait_for("b takes the freed slot", 15, |d| in_progress(d));
+    let took = killed.elapsed();
+    eprintln!("b took the slot {took:?} after a was killed (lease_ttl 5 s)");
+    // lease_ttl (5 s) + one poll (1 s) + a second for the scrape.
+    assert!(took <= Duration::from_secs(7), "b started {took:?} after the kill");
+    assert!(took >= Duration::from_secs(2), "not before a's lease could expire: {took:?}");
+    // a, restarted: queues again behind b, then resumes from its checkpoint.
+    let da = a.start();
+    force(&da);
+    da.wait_for("a queued behind b", 30, |d| {
+        d.status()["slot"]["state"] == "waiting" || !in_progress(&db)
+    });
+    let members = [a, b];
+    let daemons = [da, db];
+    wait_all("both refreshed", 90, &daemons[1..], &members[1..]);
+    daemons[0].wait_for("a refreshed", 90, |d| {
+        d.status()["refresh"].is_null() && d.status()["last_refresh"].is_i64()
+    });
+    let log = daemons[0].log();
+    let intervals: Vec<(f64, f64)> = daemons
+        .iter()
+        .flat_map(|d| refresh_intervals(&d.log()))
+        .collect();
+    assert_eq!(most_overlapping(&intervals), 1, "{intervals:?}");
+    if exact {
+        let skip = resumed_at(&log).unwrap_or_else(|| panic!("no resume:\n{log}"));
+        assert!(skip >= 8 << 20, "resumed at {skip}");
+        // Nothing before the checkpoint was written again.
+        assert_eq!(refreshed(&daemons[0]), (96 << 20) - skip);
+    } else {
+        eprintln!("a write was in flight at the kill: the file's mtime moved (not provably ours)");
+    }
+    drop(daemons);
+    members[1].unchanged();
+    let a = &members[0];
+    for (i, (f, b)) in a.files.iter().zip(&a.before).enumerate() {
+        let now = fingerprint(f);
+        assert_eq!(now.hash, b.hash, "file {i}: contents intact");
+        if exact || i > 0 {
+            assert_eq!(&now, b, "file {i}: contents and times intact");
+        }
+    }
+}
+
+#[test]
+fn privileged_fleet_an_etcd_outage_stops_the_holder_and_nobody_starts() {
+    if !have_etcd("privileged_fleet_an_etcd_outage_stops_the_holder_and_nobody_starts") {
+        return;
+    }
+    let mut etcd = Etcd::start();
+    let members = [
+        member("a", &etcd.endpoint(), 1, 1, 64, ""),
+        member("b", &etcd.endpoint(), 1, 1, 64, ""),
+    ];
+    let daemons: Vec<Daemon> = members.iter().map(Member::start).collect();
+    for d in &daemons {
+        force(d);
+    }
+    let t = Instant::now();
+    let holder = loop {
+        if let Some(i) = daemons.iter().position(|d| in_progress(d) && bytes_done(d) >= 8 << 20) {
+            break i;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "nobody started");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    etcd.down();
+    let down = Instant::now();
+    daemons[holder].wait_for("the holder to stop", 10, |d| !in_progress(d));
+    let stopped = down.elapsed();
+    eprintln!("the holder stopped {stopped:?} after etcd went down");
+    assert!(stopped <= Duration::from_secs(5), "stopped {stopped:?} after etcd went");
+    // Nobody refreshes without etcd: two lease_ttl's worth.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        for d in &daemons {
+            assert!(!in_progress(d), "a refresh without etcd\n{}", d.log());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let st = daemons[holder].status();
+    assert_eq!(st["slot"]["state"], "unavailable", "{st:#}");
+    let (_, text, _) = daemons[holder].ctl(&["status"]);
+    assert!(text.contains("NOT connected") && text.contains("etcd"), "{text}");
+    let m = daemons[holder].metrics();
+    assert_eq!(metric(&m, "refreshd_coordination_up"), Some(0.0), "{m}");
+    assert!(metric(&m, "refreshd_coordination_errors_total{kind=\"session_lost\"}") >= Some(1.0));
+    etcd.up();
+    wait_all("both refreshed after etcd is back", 90, &daemons, &members);
+    let log = daemons[holder].log();
+    let skip = resumed_at(&log).unwrap_or_else(|| panic!("no resume:\n{log}"));
+    assert!(skip >= 8 << 20, "resumed at {skip}");
+    for (d, m) in daemons.iter().zip(&members) {
+        // No byte before a checkpoint written twice.
+        assert_eq!(refreshed(d), m.bytes(), "{}", d.log());
+    }
+    let intervals: Vec<(f64, f64)> = daemons
+        .iter()
+        .flat_map(|d| refresh_intervals(&d.log()))
+        .collect();
+    assert_eq!(most_overlapping(&intervals), 1, "{intervals:?}");
+    drop(daemons);
+    for m in &members {
+        m.unchanged();
+    }
+}
+
+/// A closed port on 127.0.0.1 (nothing listens there).
+fn closed_endpoint() -> String {
+    format!("http://127.0.0.1:{}", free_port())
+}
+
+fn check_config(cfg: &Path) -> (i32, String) {
+    let out = refreshd()
+        .args(["check-config", "--config"])
+        .arg(cfg)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn privileged_fleet_bad_input_is_refused_or_shown_never_a_refresh_without_a_slot() {
+    if !have_etcd("privileged_fleet_bad_input_is_refused_or_shown_never_a_refresh_without_a_slot") {
+        return;
+    }
+    let etcd = Etcd::start();
+    // Credentials: etcd with auth on, a user allowed under /refreshd/.
+    for args in [
+        &["user", "add", "root", "--new-user-password=rootpw"][..],
+        &["role", "add", "refresher"],
+        &["role", "grant-permission", "refresher", "--prefix=true", "readwrite", "/refreshd/"],
+        &["user", "add", "refreshd", "--new-user-password=right"],
+        &["user", "grant-role", "refreshd", "refresher"],
+        &["auth", "enable"],
+    ] {
+        let out = etcd.ctl(args);
+        assert!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let m = member("a", &etcd.endpoint(), 1, 2, 8, "");
+    let pw = m.tmp.path().join("etcd.pw");
+    let with = |endpoint: &str, extra: &str| {
+        let section = coordination(endpoint, "shard-7", "a", 1, extra);
+        fleet_config(m.tmp.path(), &m.fs_tree(), m.port, SLOW, &section)
+    };
+    // Wrong password: check-config says so, at the endpoints' position.
+    std::fs::write(&pw, "wrong\n").unwrap();
+    let auth = format!("user = \"refreshd\"\npassword_file = \"{}\"\n", pw.display());
+    let (code, out) = check_config(&with(&etcd.endpoint(), &auth));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("refreshd.toml:") && out.contains("authentication failed"), "{out}");
+    std::fs::write(&pw, "right\n").unwrap();
+    let (code, out) = check_config(&with(&etcd.endpoint(), &auth));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("fleet: group shard-7"), "{out}");
+    // Unreachable etcd: check-config says so.
+    let nowhere = closed_endpoint();
+    let (code, out) = check_config(&with(&nowhere, ""));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("etcd ({nowhere})")), "{out}");
+    // An empty group and no slots: refused with positions.
+    let bad = m.tmp.path().join("bad.toml");
+    let text = std::fs::read_to_string(with(&etcd.endpoint(), ""))
+        .unwrap()
+        .replace("group = \"shard-7\"", "group = \"\"")
+        .replace("max_concurrent = 1", "max_concurrent = 0");
+    std::fs::write(&bad, text).unwrap();
+    let (code, out) = check_config(&bad);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("`group`") && out.contains("`max_concurrent` must be at least 1"), "{out}");
+    assert!(out.lines().all(|l| l.starts_with(&bad.display().to_string())), "{out}");
+    // The daemon with etcd unreachable runs, samples, says why, and does
+    // not refresh, even when asked to.
+    let sampling = "rate = \"8MiB/s\"\nsample_interval = \"2s\"\nsample_bytes = \"8MiB\"\n";
+    let section = coordination(&nowhere, "shard-7", "a", 1, "");
+    fleet_config(m.tmp.path(), &m.fs_tree(), m.port, sampling, &section);
+    let d = m.start();
+    force(&d);
+    d.wait_for("a sample and the reason shown", 30, |d| {
+        let st = d.status();
+        st["last_sample"].is_object() && st["waiting"] == "etcd"
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!in_progress(&d));
+    assert_eq!(refreshed(&d), 0);
+    let (_, text, _) = d.ctl(&["status"]);
+    assert!(text.contains("NOT connected") && text.contains("etcd unreachable"), "{text}");
+    let metrics = d.metrics();
+    assert_eq!(metric(&metrics, "refreshd_coordination_configured"), Some(1.0));
+    assert!(metric(&metrics, "refreshd_coordination_errors_total{kind=\"connect\"}") >= Some(1.0));
+    let dev = d.status()["device"].as_str().unwrap().to_string();
+    assert_eq!(
+        metric(&metrics, &format!("refreshd_coordination_slot_waiting{{device=\"{dev}\"}}")),
+        Some(1.0),
+        "{metrics}"
+    );
+    drop(d);
+    m.unchanged();
+}
+
+#[test]
+fn privileged_fleet_the_health_gate_holds_refreshes_back_and_between_files() {
+    if !have_etcd("privileged_fleet_the_health_gate_holds_refreshes_back_and_between_files") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let flag_dir = tempfile::tempdir().unwrap();
+    let flag = flag_dir.path().join("green");
+    let gate = format!(
+        "health_command = [\"/bin/sh\", \"-c\", \"test -e {}\"]\n",
+        flag.display()
+    );
+    let m = member("a", &etcd.endpoint(), 1, 3, 16, &gate);
+    let d = m.start();
+    force(&d);
+    d.wait_for("the gate's no shown", 30, |d| d.status()["waiting"] == "health");
+    let (_, text, _) = d.ctl(&["status"]);
+    assert!(text.contains("health gate says no"), "{text}");
+    assert!(etcd.queue("shard-7").is_empty(), "no slot taken while the gate says no");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(refreshed(&d), 0);
+    // Green: the refresh goes (the gate is asked again within 10 s).
+    std::fs::write(&flag, b"").unwrap();
+    d.wait_for("the refresh to start", 30, |d| in_progress(d));
+    // Not green any more mid-file: the file finishes, the next one waits,
+    // and the slot is given back.
+    std::fs::remove_file(&flag).unwrap();
+    d.wait_for("the round to stop between files", 30, |d| !in_progress(d));
+    let done = refreshed(&d);
+    assert!(done > 0 && done % (16 << 20) == 0, "whole files only: {done}");
+    assert!(done < 48 << 20, "stopped before the end: {done}");
+    d.wait_for("the slot given back", 10, |_| etcd.queue("shard-7").is_empty());
+    assert!(d.log().contains("health gate"), "{}", d.log());
+    let m_text = d.metrics();
+    assert!(metric(&m_text, "refreshd_coordination_errors_total{kind=\"health_gate\"}") >= Some(2.0));
+    std::fs::write(&flag, b"").unwrap();
+    wait_all("the rest refreshed", 60, std::slice::from_ref(&d), std::slice::from_ref(&m));
+    drop(d);
+    m.unchanged();
+}

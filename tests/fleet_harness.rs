@@ -1,0 +1,252 @@
+//! A real etcd for the fleet tests: one member on 127.0.0.1 with free
+//! ports and a temp data dir, killed on drop; stopped and started again on
+//! the same data (as an outage); etcdctl against it; daemons joined to a
+//! group; a watcher of who refreshes at once.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::daemon_harness::*;
+use crate::helpers::*;
+
+/// Whether etcd and etcdctl are installed; says why not (and fails under
+/// REFRESHD_REQUIRE_PRIVILEGED_TESTS=1).
+pub fn have_etcd(test: &str) -> bool {
+    if !privileged(test) {
+        return false;
+    }
+    let found = ["/usr/bin/etcd", "/usr/bin/etcdctl"]
+        .iter()
+        .all(|p| Path::new(p).exists());
+    if !found {
+        let why = "needs etcd and etcdctl (Debian: etcd-server etcd-client)";
+        if std::env::var("REFRESHD_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
+            panic!("{test}: {why}");
+        }
+        skipped(test, why);
+    }
+    found
+}
+
+/// One etcd member, killed on drop.
+pub struct Etcd {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    peer: u16,
+}
+
+impl Etcd {
+    pub fn start() -> Etcd {
+        let mut e = Etcd {
+            child: None,
+            dir: tempfile::tempdir_in("/var/tmp").unwrap(),
+            port: free_port(),
+            peer: free_port(),
+        };
+        e.up();
+        e
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the member (again, on the same data), and waits until it
+    /// answers.
+    pub fn up(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let peer = format!("http://127.0.0.1:{}", self.peer);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("etcd.log"))
+            .unwrap();
+        let child = Command::new("/usr/bin/etcd")
+            .arg("--name=t")
+            .arg(format!("--data-dir={}", self.dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={}", self.endpoint()))
+            .arg(format!("--advertise-client-urls={}", self.endpoint()))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=t={peer}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let t = Instant::now();
+        while !self.ctl(&["endpoint", "health"]).status.success() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "etcd did not come up: {}",
+                std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the member (SIGKILL: an outage, not a goodbye).
+    pub fn down(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// etcdctl (v3 API) against this member.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new("/usr/bin/etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoint()))
+            .arg("--dial-timeout=1s")
+            .arg("--command-timeout=2s")
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// The group's queue keys, first come first.
+    pub fn queue(&self, group: &str) -> Vec<String> {
+        let out = self.ctl(&["get", "--prefix", "--keys-only", &format!("/refreshd/{group}/queue/")]);
+        let mut keys: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        keys.sort();
+        keys
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// The `[coordination]` section for daemon `name`.
+pub fn coordination(etcd: &str, group: &str, name: &str, max: usize, extra: &str) -> String {
+    format!(
+        "\n[coordination]\netcd_endpoints = [\"{etcd}\"]\ngroup = \"{group}\"\nname = \"{name}\"\nmax_concurrent = {max}\nlease_ttl = \"5s\"\n{extra}"
+    )
+}
+
+/// A daemon's config for `tree` with a `[coordination]` section.
+pub fn fleet_config(dir: &Path, tree: &Path, port: u16, settings: &str, section: &str) -> PathBuf {
+    let p = config(dir, tree, port, settings);
+    let mut text = std::fs::read_to_string(&p).unwrap();
+    // Top-level keys must come before the first table: insert the section
+    // at the end (it is a table itself).
+    text.push_str(section);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Samples the daemons' metrics every 100 ms: the most drives seen
+/// refreshing at once, and whether each has refreshed yet.
+pub struct Watcher {
+    stop: Arc<AtomicBool>,
+    pub max_at_once: Arc<Mutex<usize>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    pub fn start(ports: Vec<u16>) -> Watcher {
+        let stop = Arc::new(AtomicBool::new(false));
+        let max_at_once = Arc::new(Mutex::new(0));
+        let (s, m) = (stop.clone(), max_at_once.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let n = ports.iter().filter(|p| refreshing(**p)).count();
+                let mut max = m.lock().unwrap();
+                *max = (*max).max(n);
+                drop(max);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Watcher {
+            stop,
+            max_at_once,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn max(&self) -> usize {
+        *self.max_at_once.lock().unwrap()
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Whether the daemon at `port` has a refresh running (its engine).
+pub fn refreshing(port: u16) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    use std::io::{Read, Write};
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if write!(s, "GET /metrics HTTP/1.0\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut m = String::new();
+    let _ = s.read_to_string(&mut m);
+    m.lines()
+        .any(|l| l.starts_with("refreshd_refresh_in_progress{") && l.ends_with(" 1"))
+}
+
+/// Intervals (start, end) in seconds of the day between "refresh starts"
+/// and "refresh ends" in a daemon's log (an open one ends now).
+pub fn refresh_intervals(log: &str) -> Vec<(f64, f64)> {
+    let secs = |l: &str| -> Option<f64> {
+        let t = l.split_whitespace().next()?;
+        let hms = t.split('T').nth(1)?.trim_end_matches('Z');
+        let mut it = hms.split(':');
+        let h: f64 = it.next()?.parse().ok()?;
+        let m: f64 = it.next()?.parse().ok()?;
+        let s: f64 = it.next()?.parse().ok()?;
+        Some(h * 3600.0 + m * 60.0 + s)
+    };
+    let mut out = vec![];
+    let mut open = None;
+    for l in log.lines() {
+        if l.contains("refresh starts") {
+            open = secs(l);
+        } else if l.contains("refresh ends") {
+            if let (Some(a), Some(b)) = (open.take(), secs(l)) {
+                out.push((a, b));
+            }
+        }
+    }
+    if let Some(a) = open {
+        out.push((a, f64::INFINITY));
+    }
+    out
+}
+
+/// The most intervals that overlap at one instant.
+pub fn most_overlapping(intervals: &[(f64, f64)]) -> usize {
+    let mut events: Vec<(f64, i32)> = intervals
+        .iter()
+        .flat_map(|&(a, b)| [(a, 1), (b, -1)])
+        .collect();
+    // Ends before starts at the same instant: touching is not overlapping.
+    events.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let (mut now, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        now += d;
+        max = max.max(now);
+    }
+    max as usize
+}
