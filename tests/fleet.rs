@@ -196,13 +196,18 @@ fn privileged_fleet_a_killed_holder_frees_its_slot_within_the_lease_ttl() {
     let mut da = a.start();
     let db = b.start();
     force(&da);
-    da.wait_for("a refreshing", 30, |d| in_progress(d) && bytes_done(d) >= 8 << 20);
+    da.wait_for("a refreshing", 30, |d| {
+        in_progress(d) && bytes_done(d) >= 8 << 20
+    });
     force(&db);
     db.wait_for("b waiting for the slot", 30, |d| {
         d.status()["slot"]["state"] == "waiting"
     });
     let (_, text, _) = db.ctl(&["status"]);
-    assert!(text.contains("waiting for a fleet slot") && text.contains("slots held by: a/"), "{text}");
+    assert!(
+        text.contains("waiting for a fleet slot") && text.contains("slots held by: a/"),
+        "{text}"
+    );
     assert!(bytes_done(&da) < 40 << 20, "still in the first file");
     da.child.kill().unwrap();
     let killed = Instant::now();
@@ -213,8 +218,14 @@ fn privileged_fleet_a_killed_holder_frees_its_slot_within_the_lease_ttl() {
     let took = killed.elapsed();
     eprintln!("b took the slot {took:?} after a was killed (lease_ttl 5 s)");
     // lease_ttl (5 s) + one poll (1 s) + a second for the scrape.
-    assert!(took <= Duration::from_secs(7), "b started {took:?} after the kill");
-    assert!(took >= Duration::from_secs(2), "not before a's lease could expire: {took:?}");
+    assert!(
+        took <= Duration::from_secs(7),
+        "b started {took:?} after the kill"
+    );
+    assert!(
+        took >= Duration::from_secs(2),
+        "not before a's lease could expire: {took:?}"
+    );
     // a, restarted: queues again behind b, then resumes from its checkpoint.
     let da = a.start();
     force(&da);
@@ -269,7 +280,10 @@ fn privileged_fleet_an_etcd_outage_stops_the_holder_and_nobody_starts() {
     }
     let t = Instant::now();
     let holder = loop {
-        if let Some(i) = daemons.iter().position(|d| in_progress(d) && bytes_done(d) >= 8 << 20) {
+        if let Some(i) = daemons
+            .iter()
+            .position(|d| in_progress(d) && bytes_done(d) >= 8 << 20)
+        {
             break i;
         }
         assert!(t.elapsed() < Duration::from_secs(30), "nobody started");
@@ -280,7 +294,10 @@ fn privileged_fleet_an_etcd_outage_stops_the_holder_and_nobody_starts() {
     daemons[holder].wait_for("the holder to stop", 10, |d| !in_progress(d));
     let stopped = down.elapsed();
     eprintln!("the holder stopped {stopped:?} after etcd went down");
-    assert!(stopped <= Duration::from_secs(5), "stopped {stopped:?} after etcd went");
+    assert!(
+        stopped <= Duration::from_secs(5),
+        "stopped {stopped:?} after etcd went"
+    );
     // Nobody refreshes without etcd: two lease_ttl's worth.
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(10) {
@@ -292,10 +309,18 @@ fn privileged_fleet_an_etcd_outage_stops_the_holder_and_nobody_starts() {
     let st = daemons[holder].status();
     assert_eq!(st["slot"]["state"], "unavailable", "{st:#}");
     let (_, text, _) = daemons[holder].ctl(&["status"]);
-    assert!(text.contains("NOT connected") && text.contains("etcd"), "{text}");
+    assert!(
+        text.contains("NOT connected") && text.contains("etcd"),
+        "{text}"
+    );
     let m = daemons[holder].metrics();
     assert_eq!(metric(&m, "refreshd_coordination_up"), Some(0.0), "{m}");
-    assert!(metric(&m, "refreshd_coordination_errors_total{kind=\"session_lost\"}") >= Some(1.0));
+    assert!(
+        metric(
+            &m,
+            "refreshd_coordination_errors_total{kind=\"session_lost\"}"
+        ) >= Some(1.0)
+    );
     etcd.up();
     wait_all("both refreshed after etcd is back", 90, &daemons, &members);
     let log = daemons[holder].log();
@@ -343,13 +368,24 @@ fn privileged_fleet_bad_input_is_refused_or_shown_never_a_refresh_without_a_slot
     for args in [
         &["user", "add", "root", "--new-user-password=rootpw"][..],
         &["role", "add", "refresher"],
-        &["role", "grant-permission", "refresher", "--prefix=true", "readwrite", "/refreshd/"],
+        &[
+            "role",
+            "grant-permission",
+            "refresher",
+            "--prefix=true",
+            "readwrite",
+            "/refreshd/",
+        ],
         &["user", "add", "refreshd", "--new-user-password=right"],
         &["user", "grant-role", "refreshd", "refresher"],
         &["auth", "enable"],
     ] {
         let out = etcd.ctl(args);
-        assert!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let m = member("a", &etcd.endpoint(), 1, 2, 8, "");
     let pw = m.tmp.path().join("etcd.pw");
@@ -359,10 +395,16 @@ fn privileged_fleet_bad_input_is_refused_or_shown_never_a_refresh_without_a_slot
     };
     // Wrong password: check-config says so, at the endpoints' position.
     std::fs::write(&pw, "wrong\n").unwrap();
-    let auth = format!("user = \"refreshd\"\npassword_file = \"{}\"\n", pw.display());
+    let auth = format!(
+        "user = \"refreshd\"\npassword_file = \"{}\"\n",
+        pw.display()
+    );
     let (code, out) = check_config(&with(&etcd.endpoint(), &auth));
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("refreshd.toml:") && out.contains("authentication failed"), "{out}");
+    assert!(
+        out.contains("refreshd.toml:") && out.contains("authentication failed"),
+        "{out}"
+    );
     std::fs::write(&pw, "right\n").unwrap();
     let (code, out) = check_config(&with(&etcd.endpoint(), &auth));
     assert_eq!(code, 0, "{out}");
@@ -381,8 +423,15 @@ fn privileged_fleet_bad_input_is_refused_or_shown_never_a_refresh_without_a_slot
     std::fs::write(&bad, text).unwrap();
     let (code, out) = check_config(&bad);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("`group`") && out.contains("`max_concurrent` must be at least 1"), "{out}");
-    assert!(out.lines().all(|l| l.starts_with(&bad.display().to_string())), "{out}");
+    assert!(
+        out.contains("`group`") && out.contains("`max_concurrent` must be at least 1"),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .all(|l| l.starts_with(&bad.display().to_string())),
+        "{out}"
+    );
     // The daemon with etcd unreachable runs, samples, says why, and does
     // not refresh, even when asked to.
     let sampling = "rate = \"8MiB/s\"\nsample_interval = \"2s\"\nsample_bytes = \"8MiB\"\n";
@@ -398,13 +447,27 @@ fn privileged_fleet_bad_input_is_refused_or_shown_never_a_refresh_without_a_slot
     assert!(!in_progress(&d));
     assert_eq!(refreshed(&d), 0);
     let (_, text, _) = d.ctl(&["status"]);
-    assert!(text.contains("NOT connected") && text.contains("etcd unreachable"), "{text}");
+    assert!(
+        text.contains("NOT connected") && text.contains("etcd unreachable"),
+        "{text}"
+    );
     let metrics = d.metrics();
-    assert_eq!(metric(&metrics, "refreshd_coordination_configured"), Some(1.0));
-    assert!(metric(&metrics, "refreshd_coordination_errors_total{kind=\"connect\"}") >= Some(1.0));
+    assert_eq!(
+        metric(&metrics, "refreshd_coordination_configured"),
+        Some(1.0)
+    );
+    assert!(
+        metric(
+            &metrics,
+            "refreshd_coordination_errors_total{kind=\"connect\"}"
+        ) >= Some(1.0)
+    );
     let dev = d.status()["device"].as_str().unwrap().to_string();
     assert_eq!(
-        metric(&metrics, &format!("refreshd_coordination_slot_waiting{{device=\"{dev}\"}}")),
+        metric(
+            &metrics,
+            &format!("refreshd_coordination_slot_waiting{{device=\"{dev}\"}}")
+        ),
         Some(1.0),
         "{metrics}"
     );
@@ -427,10 +490,15 @@ fn privileged_fleet_the_health_gate_holds_refreshes_back_and_between_files() {
     let m = member("a", &etcd.endpoint(), 1, 3, 16, &gate);
     let d = m.start();
     force(&d);
-    d.wait_for("the gate's no shown", 30, |d| d.status()["waiting"] == "health");
+    d.wait_for("the gate's no shown", 30, |d| {
+        d.status()["waiting"] == "health"
+    });
     let (_, text, _) = d.ctl(&["status"]);
     assert!(text.contains("health gate says no"), "{text}");
-    assert!(etcd.queue("shard-7").is_empty(), "no slot taken while the gate says no");
+    assert!(
+        etcd.queue("shard-7").is_empty(),
+        "no slot taken while the gate says no"
+    );
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(refreshed(&d), 0);
     // Green: the refresh goes (the gate is asked again within 10 s).
@@ -441,14 +509,131 @@ fn privileged_fleet_the_health_gate_holds_refreshes_back_and_between_files() {
     std::fs::remove_file(&flag).unwrap();
     d.wait_for("the round to stop between files", 30, |d| !in_progress(d));
     let done = refreshed(&d);
-    assert!(done > 0 && done % (16 << 20) == 0, "whole files only: {done}");
+    assert!(
+        done > 0 && done % (16 << 20) == 0,
+        "whole files only: {done}"
+    );
     assert!(done < 48 << 20, "stopped before the end: {done}");
-    d.wait_for("the slot given back", 10, |_| etcd.queue("shard-7").is_empty());
+    d.wait_for("the slot given back", 10, |_| {
+        etcd.queue("shard-7").is_empty()
+    });
     assert!(d.log().contains("health gate"), "{}", d.log());
     let m_text = d.metrics();
-    assert!(metric(&m_text, "refreshd_coordination_errors_total{kind=\"health_gate\"}") >= Some(2.0));
+    assert!(
+        metric(
+            &m_text,
+            "refreshd_coordination_errors_total{kind=\"health_gate\"}"
+        ) >= Some(2.0)
+    );
     std::fs::write(&flag, b"").unwrap();
-    wait_all("the rest refreshed", 60, std::slice::from_ref(&d), std::slice::from_ref(&m));
+    wait_all(
+        "the rest refreshed",
+        60,
+        std::slice::from_ref(&d),
+        std::slice::from_ref(&m),
+    );
     drop(d);
     m.unchanged();
+}
+
+/// The first scenario on emulated aging SSDs: three daemons whose
+/// drives all read 6-month-old data slowly find it by themselves; with one
+/// slot they refresh one at a time, and every drive ends fast again.
+#[test]
+fn privileged_fleet_three_degraded_drives_refresh_one_at_a_time_and_end_fast() {
+    if !have_etcd("privileged_fleet_three_degraded_drives_refresh_one_at_a_time_and_end_fast") {
+        return;
+    }
+    let etcd = Etcd::start();
+    struct Aged {
+        tmp: tempfile::TempDir,
+        drive: testbed::Drive,
+        files: Vec<PathBuf>,
+        fresh: PathBuf,
+        before: Vec<Fingerprint>,
+        port: u16,
+    }
+    let aged: Vec<Aged> = ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+            let drive = drive(tmp.path(), "840evo");
+            let tree = drive.path("index");
+            let files = stale_files(&tree, 4, 8, 700 + 10 * i as u64);
+            let fresh = drive.path("fresh-reference");
+            write_file(&fresh, &pattern(16 * MIB, 799));
+            drive.sync().unwrap();
+            drive.age(6.0);
+            let before = files.iter().map(|p| fingerprint(p)).collect();
+            let port = free_port();
+            let section = coordination(&etcd.endpoint(), "shard-9", name, 1, "");
+            fleet_config(tmp.path(), &tree, port, "", &section);
+            Aged {
+                tmp,
+                drive,
+                files,
+                fresh,
+                before,
+                port,
+            }
+        })
+        .collect();
+    let daemons: Vec<Daemon> = aged
+        .iter()
+        .map(|a| Daemon::start(a.tmp.path(), &a.tmp.path().join("refreshd.toml"), a.port))
+        .collect();
+    let t = Instant::now();
+    let healthy = |d: &Daemon| {
+        let m = d.metrics();
+        let dev = d.status()["device"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        refreshed_bytes(&m) >= (32 * MIB) as f64
+            && metric(
+                &m,
+                &format!("refreshd_drive_state{{device=\"{dev}\",state=\"healthy\"}}"),
+            ) == Some(1.0)
+    };
+    while !daemons.iter().all(healthy) {
+        assert!(
+            t.elapsed() < Duration::from_secs(180),
+            "not all refreshed and healthy:\n{}",
+            daemons
+                .iter()
+                .map(|d| d.ctl(&["status"]).1)
+                .collect::<String>()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let intervals: Vec<(f64, f64)> = daemons
+        .iter()
+        .flat_map(|d| refresh_intervals(&d.log()))
+        .collect();
+    assert_eq!(
+        most_overlapping(&intervals),
+        1,
+        "one at a time: {intervals:?}"
+    );
+    for d in &daemons {
+        assert!(d.log().contains("fleet slot taken"), "{}", d.log());
+    }
+    drop(daemons);
+    for a in &aged {
+        let (mut after, mut reference) = (0f64, 0f64);
+        for _ in 0..3 {
+            drop_caches();
+            after = after.max(testbed::measure::bulk_read_parallel(&a.files[0], 8).unwrap());
+            drop_caches();
+            reference = reference.max(testbed::measure::bulk_read_parallel(&a.fresh, 8).unwrap());
+        }
+        assert!(
+            after >= 0.8 * reference,
+            "refreshed {after:.0} B/s vs fresh {reference:.0} B/s"
+        );
+        let now: Vec<Fingerprint> = a.files.iter().map(|p| fingerprint(p)).collect();
+        assert_eq!(a.before, now, "contents, layout and times unchanged");
+        let _ = &a.drive;
+    }
 }

@@ -68,7 +68,10 @@ impl Etcd {
             .unwrap();
         let child = Command::new("/usr/bin/etcd")
             .arg("--name=t")
-            .arg(format!("--data-dir={}", self.dir.path().join("data").display()))
+            .arg(format!(
+                "--data-dir={}",
+                self.dir.path().join("data").display()
+            ))
             .arg(format!("--listen-client-urls={}", self.endpoint()))
             .arg(format!("--advertise-client-urls={}", self.endpoint()))
             .arg(format!("--listen-peer-urls={peer}"))
@@ -112,7 +115,12 @@ impl Etcd {
 
     /// The group's queue keys, first come first.
     pub fn queue(&self, group: &str) -> Vec<String> {
-        let out = self.ctl(&["get", "--prefix", "--keys-only", &format!("/refreshd/{group}/queue/")]);
+        let out = self.ctl(&[
+            "get",
+            "--prefix",
+            "--keys-only",
+            &format!("/refreshd/{group}/queue/"),
+        ]);
         let mut keys: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter(|l| !l.is_empty())

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cli;
+mod controllers;
 mod daemon;
 mod daemon_harness;
 mod daemon_identity;

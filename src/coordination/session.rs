@@ -33,9 +33,9 @@ pub fn probe(cfg: &Coordination) -> Result<String, String> {
         .build()
         .map_err(|e| format!("starting a runtime: {e}"))?;
     rt.block_on(async {
-        let mut s = Session::open(cfg).await.map_err(|why| {
-            format!("etcd ({}): {why}", cfg.etcd_endpoints.join(", "))
-        })?;
+        let mut s = Session::open(cfg)
+            .await
+            .map_err(|why| format!("etcd ({}): {why}", cfg.etcd_endpoints.join(", ")))?;
         let prefix = format!("{}/{}/queue/", cfg.prefix, cfg.group);
         let opts = GetOptions::new().with_prefix().with_count_only();
         let n = with_timeout(s.timeout, s.client.get(prefix.clone(), Some(opts)))
