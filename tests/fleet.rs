@@ -214,7 +214,7 @@ fn privileged_fleet_a_killed_holder_frees_its_slot_within_the_lease_ttl() {
     da.child.wait().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let exact = journal_exact(&a.tmp.path().join("state"), &a.files[0]);
-    db.wait_for("b takes the freed slot", 15, |d| in_progress(d));
+    db.wait_for("b takes the freed slot", 15, in_progress);
     let took = killed.elapsed();
     eprintln!("b took the slot {took:?} after a was killed (lease_ttl 5 s)");
     // lease_ttl (5 s) + one poll (1 s) + a second for the scrape.
@@ -503,7 +503,7 @@ fn privileged_fleet_the_health_gate_holds_refreshes_back_and_between_files() {
     assert_eq!(refreshed(&d), 0);
     // Green: the refresh goes (the gate is asked again within 10 s).
     std::fs::write(&flag, b"").unwrap();
-    d.wait_for("the refresh to start", 30, |d| in_progress(d));
+    d.wait_for("the refresh to start", 30, in_progress);
     // Not green any more mid-file: the file finishes, the next one waits,
     // and the slot is given back.
     std::fs::remove_file(&flag).unwrap();

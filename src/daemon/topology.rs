@@ -17,8 +17,7 @@ pub fn controller_of(sys: &Path, name: &str) -> String {
 pub fn controller_from_path(p: &Path) -> String {
     p.components()
         .filter_map(|c| c.as_os_str().to_str())
-        .filter(|c| is_pci_address(c))
-        .next_back()
+        .rfind(|c| is_pci_address(c))
         .map_or_else(|| "virtual".into(), |a| format!("pci-{a}"))
 }
 
