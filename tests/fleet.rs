@@ -6,6 +6,7 @@
 //! times are checked afterwards.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::daemon_harness::*;
@@ -364,29 +365,7 @@ fn privileged_fleet_bad_input_is_refused_or_shown_never_a_refresh_without_a_slot
         return;
     }
     let etcd = Etcd::start();
-    // Credentials: etcd with auth on, a user allowed under /refreshd/.
-    for args in [
-        &["user", "add", "root", "--new-user-password=rootpw"][..],
-        &["role", "add", "refresher"],
-        &[
-            "role",
-            "grant-permission",
-            "refresher",
-            "--prefix=true",
-            "readwrite",
-            "/refreshd/",
-        ],
-        &["user", "add", "refreshd", "--new-user-password=right"],
-        &["user", "grant-role", "refreshd", "refresher"],
-        &["auth", "enable"],
-    ] {
-        let out = etcd.ctl(args);
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    etcd.enable_auth("right");
     let m = member("a", &etcd.endpoint(), 1, 2, 8, "");
     let pw = m.tmp.path().join("etcd.pw");
     let with = |endpoint: &str, extra: &str| {
@@ -636,4 +615,56 @@ fn privileged_fleet_three_degraded_drives_refresh_one_at_a_time_and_end_fast() {
         assert_eq!(a.before, now, "contents, layout and times unchanged");
         let _ = &a.drive;
     }
+}
+
+/// etcd's auth tokens expire (JWT tokens after their `ttl`, 2 s here;
+/// simple tokens after 5 idle minutes): the client renews its token, and a
+/// refresh longer than that goes on under its slot without losing the
+/// session.
+#[test]
+fn privileged_fleet_an_expiring_auth_token_does_not_lose_the_slot() {
+    if !have_etcd("privileged_fleet_an_expiring_auth_token_does_not_lose_the_slot") {
+        return;
+    }
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = (keys.path().join("jwt.key"), keys.path().join("jwt.pub"));
+    run(Command::new("openssl")
+        .args(["genrsa", "-out"])
+        .arg(&private)
+        .arg("2048"));
+    run(Command::new("openssl")
+        .args(["rsa", "-pubout", "-in"])
+        .arg(&private)
+        .arg("-out")
+        .arg(&public));
+    let jwt = format!(
+        "--auth-token=jwt,pub-key={},priv-key={},sign-method=RS256,ttl=2s",
+        public.display(),
+        private.display()
+    );
+    let etcd = Etcd::start_with(&[&jwt]);
+    etcd.enable_auth("right");
+    let m = member("a", &etcd.endpoint(), 1, 1, 48, "");
+    let pw = m.tmp.path().join("etcd.pw");
+    std::fs::write(&pw, "right\n").unwrap();
+    let auth = format!(
+        "user = \"refreshd\"\npassword_file = \"{}\"\n",
+        pw.display()
+    );
+    let section = coordination(&etcd.endpoint(), "shard-7", "a", 1, &auth);
+    fleet_config(m.tmp.path(), &m.fs_tree(), m.port, SLOW, &section);
+    let d = m.start();
+    force(&d);
+    wait_all(
+        "the refresh",
+        60,
+        std::slice::from_ref(&d),
+        std::slice::from_ref(&m),
+    );
+    let log = d.log();
+    assert!(!log.contains("session lost"), "{log}");
+    assert!(!log.contains("interrupted"), "{log}");
+    assert_eq!(refreshed(&d), 48 << 20);
+    drop(d);
+    m.unchanged();
 }

@@ -38,18 +38,54 @@ pub struct Etcd {
     pub dir: tempfile::TempDir,
     pub port: u16,
     peer: u16,
+    args: Vec<String>,
 }
 
 impl Etcd {
     pub fn start() -> Etcd {
+        Etcd::start_with(&[])
+    }
+
+    /// With extra command-line flags.
+    pub fn start_with(args: &[&str]) -> Etcd {
         let mut e = Etcd {
             child: None,
             dir: tempfile::tempdir_in("/var/tmp").unwrap(),
             port: free_port(),
             peer: free_port(),
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         e.up();
         e
+    }
+
+    /// Turns authentication on: user `refreshd` (password `password`) may
+    /// read and write under /refreshd/; etcdctl then runs as root.
+    pub fn enable_auth(&self, password: &str) {
+        let pw = format!("--new-user-password={password}");
+        for args in [
+            &["user", "add", "root", "--new-user-password=rootpw"][..],
+            &["role", "add", "refresher"],
+            &[
+                "role",
+                "grant-permission",
+                "refresher",
+                "--prefix=true",
+                "readwrite",
+                "/refreshd/",
+            ],
+            &["user", "add", "refreshd", &pw],
+            &["user", "grant-role", "refreshd", "refresher"],
+            &["auth", "enable"],
+        ] {
+            let out = self.ctl(args);
+            assert!(
+                out.status.success(),
+                "etcdctl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::fs::write(self.dir.path().join("auth"), b"").unwrap();
     }
 
     pub fn endpoint(&self) -> String {
@@ -77,6 +113,7 @@ impl Etcd {
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster=t={peer}"))
+            .args(&self.args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -103,8 +140,11 @@ impl Etcd {
 
     /// etcdctl (v3 API) against this member.
     pub fn ctl(&self, args: &[&str]) -> Output {
-        Command::new("/usr/bin/etcdctl")
-            .env("ETCDCTL_API", "3")
+        let mut cmd = Command::new("/usr/bin/etcdctl");
+        if self.dir.path().join("auth").exists() {
+            cmd.arg("--user=root:rootpw");
+        }
+        cmd.env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", self.endpoint()))
             .arg("--dial-timeout=1s")
             .arg("--command-timeout=2s")

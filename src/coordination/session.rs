@@ -124,9 +124,12 @@ struct Session {
 impl Session {
     async fn open(cfg: &Coordination) -> Result<Session, String> {
         let timeout = (cfg.lease_ttl / 3).min(Duration::from_secs(2));
+        // An expired auth token (etcd's simple tokens live 5 minutes by
+        // default) is renewed by the client, not taken for a lost session.
         let mut opts = ConnectOptions::new()
             .with_connect_timeout(timeout)
-            .with_timeout(timeout);
+            .with_timeout(timeout)
+            .with_auto_token_refresh(true);
         if let (Some(user), Some(file)) = (&cfg.user, &cfg.password_file) {
             let pw = std::fs::read_to_string(file)
                 .map_err(|e| format!("reading password_file {}: {e}", file.display()))?;
