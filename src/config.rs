@@ -187,6 +187,8 @@ impl Default for Settings {
 pub struct PathConfig {
     pub path: PathBuf,
     pub settings: Settings,
+    /// Its fleet group, when not `[coordination]`'s `group`.
+    pub group: Option<String>,
     /// Line and column of `path` in the file (for messages).
     #[serde(skip)]
     pub at: (usize, usize),
@@ -453,6 +455,9 @@ impl Parser<'_> {
                 _ => self.unknown(k, "", TOP_KEYS),
             }
         }
+        let has_coordination = root
+            .iter()
+            .any(|(k, _)| k.get_ref().as_ref() == "coordination");
         let Some(v) = raw_paths else {
             self.problem(
                 root.iter()
@@ -479,14 +484,17 @@ impl Parser<'_> {
             };
             let mut settings = cfg.defaults.clone();
             let mut path = None;
+            let mut group = None;
             for (k, v) in t.iter() {
-                if k.get_ref().as_ref() == "path" {
-                    path = self.abs_path("path", v).map(|p| (p, v.span()));
+                match k.get_ref().as_ref() {
+                    "path" => path = self.abs_path("path", v).map(|p| (p, v.span())),
+                    "group" => group = self.path_group(v, has_coordination),
+                    _ => {}
                 }
             }
             let rest: DeTable<'_> = t
                 .iter()
-                .filter(|(k, _)| k.get_ref().as_ref() != "path")
+                .filter(|(k, _)| !matches!(k.get_ref().as_ref(), "path" | "group"))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             self.settings(&rest, &mut settings, " in [[paths]]");
@@ -508,6 +516,7 @@ impl Parser<'_> {
                         cfg.paths.push(PathConfig {
                             path: p,
                             settings,
+                            group,
                             at,
                         });
                     }
@@ -707,7 +716,12 @@ mod tests {
             )
         );
         // Every key is in the example (commented or not).
-        for key in TOP_KEYS.iter().chain(SETTING_KEYS) {
+        for key in TOP_KEYS
+            .iter()
+            .chain(SETTING_KEYS)
+            .chain(coordination::KEYS)
+            .chain(&["group"])
+        {
             assert!(
                 text.contains(&format!("{key} ="))
                     || text.contains(&format!("[{key}]"))

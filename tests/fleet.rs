@@ -668,3 +668,96 @@ fn privileged_fleet_an_expiring_auth_token_does_not_lose_the_slot() {
     drop(d);
     m.unchanged();
 }
+
+/// Members of a group agree on `max_concurrent` (the first records it in
+/// etcd; one that says otherwise does not refresh, and says why); a tree
+/// may name its own group; two groups on one drive are refused.
+#[test]
+fn privileged_fleet_groups_agree_and_trees_name_their_group() {
+    if !have_etcd("privileged_fleet_groups_agree_and_trees_name_their_group") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let a = member("a", &etcd.endpoint(), 1, 1, 8, "");
+    let da = a.start();
+    force(&da);
+    wait_all(
+        "a refreshed",
+        60,
+        std::slice::from_ref(&da),
+        std::slice::from_ref(&a),
+    );
+    let out = etcd.ctl(&[
+        "get",
+        "--print-value-only",
+        "/refreshd/shard-7/max_concurrent",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+    // b says 2: it would let two refresh where a allows one.
+    let b = member("b", &etcd.endpoint(), 2, 1, 8, "");
+    let db = b.start();
+    force(&db);
+    db.wait_for("b refusing the group", 30, |d| {
+        d.status()["waiting"] == "etcd"
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(refreshed(&db), 0);
+    let (_, text, _) = db.ctl(&["status"]);
+    assert!(
+        text.contains("group shard-7 has max_concurrent = 1 in etcd"),
+        "{text}"
+    );
+    assert!(etcd.queue("shard-7").is_empty(), "b never queued");
+    drop((da, db));
+    b.unchanged();
+    // c: a tree in another group on a second drive, and a third tree on
+    // the first drive naming yet another group (refused).
+    let fs2 = LoopFs::new("ext4", 128);
+    let other = fs2.path("tree");
+    stale_files(&other, 1, 8, 990);
+    let clash = a.fs_tree().with_file_name("clash");
+    std::fs::create_dir(&clash).unwrap();
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let port = free_port();
+    let cfg = config_trees(tmp.path(), &[&a.fs_tree(), &other, &clash], port, SLOW);
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replacen(
+            &format!("path = \"{}\"\n", other.display()),
+            &format!("path = \"{}\"\ngroup = \"shard-8\"\n", other.display()),
+            1,
+        )
+        .replacen(
+            &format!("path = \"{}\"\n", clash.display()),
+            &format!("path = \"{}\"\ngroup = \"shard-9\"\n", clash.display()),
+            1,
+        );
+    let section = coordination(&etcd.endpoint(), "shard-7", "c", 1, "");
+    std::fs::write(&cfg, format!("max_active_drives = 2\n{text}{section}")).unwrap();
+    let dc = Daemon::start(tmp.path(), &cfg, port);
+    let (_, drives, _) = dc.ctl(&["drives"]);
+    assert!(
+        drives.contains("fleet group: shard-7") && drives.contains("fleet group: shard-8"),
+        "{drives}"
+    );
+    assert!(
+        drives.contains("a drive refreshes under one group"),
+        "{drives}"
+    );
+    force(&dc);
+    dc.wait_for("shard-8 recorded", 30, |_| {
+        !etcd
+            .ctl(&[
+                "get",
+                "--print-value-only",
+                "/refreshd/shard-8/max_concurrent",
+            ])
+            .stdout
+            .is_empty()
+    });
+    let (_, text, _) = dc.ctl(&["status"]);
+    assert!(
+        text.contains("group shard-7") && text.contains("group shard-8"),
+        "{text}"
+    );
+}

@@ -258,13 +258,12 @@ fn slot_line(s: &SlotReply) -> String {
     }
 }
 
-/// The fleet group: who holds its slots, whether etcd is reachable.
+/// The fleet groups: who holds their slots, whether etcd is reachable.
 pub fn render_fleet(c: &CoordinationReply) -> String {
     let mut out = format!(
-        "fleet group {} (at most {} at once; this daemon is {:?}): {}\n",
-        c.group,
-        c.max_concurrent,
+        "fleet: this daemon is {:?}, at most {} drive(s) of a group at once: {}\n",
         c.name,
+        c.max_concurrent,
         if c.connected {
             "connected"
         } else {
@@ -274,21 +273,26 @@ pub fn render_fleet(c: &CoordinationReply) -> String {
     if let Some(e) = &c.error {
         out.push_str(&format!("  {e}\n"));
     }
-    if c.connected {
-        let holders: Vec<String> = c
-            .holders
-            .iter()
-            .map(|h| format!("{}/{} (queued {})", h.name, h.device, ago(Some(h.since))))
-            .collect();
-        out.push_str(&format!(
-            "  slots held by: {}; {} waiting\n",
-            if holders.is_empty() {
-                "nobody".to_string()
-            } else {
-                holders.join(", ")
-            },
-            c.waiting
-        ));
+    for g in &c.groups {
+        if let Some(e) = &g.error {
+            out.push_str(&format!("  group {}: {e}\n", g.group));
+        } else if c.connected {
+            let holders: Vec<String> = g
+                .holders
+                .iter()
+                .map(|h| format!("{}/{} (queued {})", h.name, h.device, ago(Some(h.since))))
+                .collect();
+            out.push_str(&format!(
+                "  group {}: slots held by: {}; {} waiting\n",
+                g.group,
+                if holders.is_empty() {
+                    "nobody".to_string()
+                } else {
+                    holders.join(", ")
+                },
+                g.waiting
+            ));
+        }
     }
     if let Some(h) = &c.health {
         out.push_str(&format!("  health gate says no: {h}\n"));

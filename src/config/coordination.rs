@@ -119,6 +119,31 @@ fn endpoint_problem(e: &str) -> Option<String> {
 }
 
 impl Parser<'_> {
+    /// A `[[paths]]` entry's own `group` (the drives holding copies of
+    /// its data, when not `[coordination]`'s).
+    pub(super) fn path_group(
+        &mut self,
+        v: &super::Value<'_>,
+        has_coordination: bool,
+    ) -> Option<String> {
+        let g: String = self.value("group", v)?;
+        if !has_coordination {
+            self.problem(
+                v.span(),
+                "`group` in [[paths]] needs a [coordination] section (etcd endpoints)".into(),
+            );
+            return None;
+        }
+        if !key_safe(&g) {
+            self.problem(
+                v.span(),
+                format!("`group`: {g:?} must be 1 to 128 letters, digits, '.', '_' or '-'"),
+            );
+            return None;
+        }
+        Some(g)
+    }
+
     /// Parses `[coordination]` (the value `v` of the key).
     pub(super) fn coordination(&mut self, v: &super::Value<'_>) -> Option<Coordination> {
         let Some(t) = v.get_ref().as_table() else {
@@ -274,6 +299,23 @@ mod tests {
         assert_eq!(k.name, "host-a");
         assert_eq!(k.prefix, "/refreshd");
         assert_eq!(k.at, (3, 1));
+    }
+
+    #[test]
+    fn a_tree_may_name_its_own_group() {
+        let text = "[[paths]]\npath = \"/srv/a\"\ngroup = \"shard-2\"\n[[paths]]\npath = \"/srv/b\"\n[coordination]\netcd_endpoints = [\"http://e:2379\"]\ngroup = \"shard-1\"\n";
+        let c = parse(text, "f").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.paths[0].group.as_deref(), Some("shard-2"));
+        assert_eq!(c.paths[1].group, None, "[coordination]'s group");
+        let alone = "[[paths]]\npath = \"/srv/a\"\ngroup = \"shard-2\"\n";
+        let e = parse(alone, "f")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("f:3:9:") && e.contains("needs a [coordination] section"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::coordination::Coordination;
-use crate::protocol::replies::{CoordinationReply, SlotHolder, SlotReply};
+use crate::protocol::replies::{CoordinationReply, GroupReply, SlotHolder, SlotReply};
 
 #[cfg(feature = "fleet")]
 pub use session::{probe, start};
@@ -58,6 +58,7 @@ struct TicketInner {
 #[derive(Debug)]
 pub struct TicketShared {
     pub device: String,
+    pub group: String,
     #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
     /// The drive's cancel flag: set when a held slot is lost.
     cancel: Arc<AtomicBool>,
@@ -80,6 +81,7 @@ impl TicketShared {
             SlotState::Unavailable(why) => ("unavailable", None, Some(why.clone())),
         };
         SlotReply {
+            group: self.group.clone(),
             state: state.into(),
             ahead,
             waited_seconds: self.queued_at.elapsed().as_secs_f64(),
@@ -123,8 +125,10 @@ pub struct QueueEntry {
 struct FleetState {
     connected: bool,
     error: Option<String>,
-    /// The group's queue as last read: holders first.
-    queue: Vec<QueueEntry>,
+    /// Each group's queue as last read: holders first.
+    queues: BTreeMap<String, Vec<QueueEntry>>,
+    /// Groups whose slots this daemon may not take, with why.
+    refused: BTreeMap<String, String>,
     tickets: BTreeMap<u64, Arc<TicketShared>>,
     /// Keys of dropped tickets, to delete.
     released: Vec<String>,
@@ -171,14 +175,16 @@ impl Fleet {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `device` for a slot; dropping the ticket leaves the queue
-    /// (and gives the slot back). `cancel` is the drive's engine flag.
-    pub fn queue(self: &Arc<Self>, device: &str, cancel: Arc<AtomicBool>) -> Ticket {
+    /// Queues `device` for a slot of `group`; dropping the ticket leaves
+    /// the queue (and gives the slot back). `cancel` is the drive's engine
+    /// flag.
+    pub fn queue(self: &Arc<Self>, device: &str, group: &str, cancel: Arc<AtomicBool>) -> Ticket {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut st = self.lock();
         let why = st.error.clone().unwrap_or_else(|| "queueing".into());
         let shared = Arc::new(TicketShared {
             device: device.to_string(),
+            group: group.to_string(),
             cancel,
             queued_at: Instant::now(),
             inner: Mutex::new(TicketInner {
@@ -216,7 +222,8 @@ impl Fleet {
             let mut st = self.lock();
             st.connected = false;
             st.error = Some(why.to_string());
-            st.queue.clear();
+            st.queues.clear();
+            st.refused.clear();
             st.tickets.values().cloned().collect()
         };
         for t in tickets {
@@ -238,28 +245,70 @@ impl Fleet {
         self.lock().connected
     }
 
-    /// What `refreshctl status` shows of the group.
-    pub fn reply(&self) -> CoordinationReply {
+    /// The groups to read: `[coordination]`'s and those of the tickets.
+    fn groups(&self) -> Vec<String> {
         let st = self.lock();
-        let holders = st
-            .queue
-            .iter()
-            .take(self.cfg.max_concurrent)
-            .map(|e| SlotHolder {
-                name: e.name.clone(),
-                device: e.device.clone(),
-                since: e.since,
+        let mut g: Vec<String> = std::iter::once(self.cfg.group.clone())
+            .chain(st.tickets.values().map(|t| t.group.clone()))
+            .collect();
+        g.sort();
+        g.dedup();
+        g
+    }
+
+    /// This daemon may not take `group`'s slots: its tickets wait, and
+    /// the status says why.
+    fn refuse(&self, group: &str, why: &str) {
+        let tickets: Vec<Arc<TicketShared>> = {
+            let mut st = self.lock();
+            st.refused.insert(group.to_string(), why.to_string());
+            st.tickets
+                .values()
+                .filter(|t| t.group == group)
+                .cloned()
+                .collect()
+        };
+        for t in tickets {
+            t.set(SlotState::Unavailable(why.to_string()));
+        }
+    }
+
+    fn refused(&self, group: &str) -> bool {
+        self.lock().refused.contains_key(group)
+    }
+
+    /// What `refreshctl status` shows of the groups.
+    pub fn reply(&self) -> CoordinationReply {
+        let groups = self.groups();
+        let st = self.lock();
+        let max = self.cfg.max_concurrent;
+        let groups = groups
+            .into_iter()
+            .map(|g| {
+                let queue = st.queues.get(&g).map(Vec::as_slice).unwrap_or_default();
+                GroupReply {
+                    holders: queue
+                        .iter()
+                        .take(max)
+                        .map(|e| SlotHolder {
+                            name: e.name.clone(),
+                            device: e.device.clone(),
+                            since: e.since,
+                        })
+                        .collect(),
+                    waiting: queue.len().saturating_sub(max) as u64,
+                    error: st.refused.get(&g).cloned(),
+                    group: g,
+                }
             })
             .collect();
         CoordinationReply {
-            group: self.cfg.group.clone(),
             name: self.cfg.name.clone(),
-            max_concurrent: self.cfg.max_concurrent as u64,
+            max_concurrent: max as u64,
             connected: st.connected,
             error: st.error.clone(),
             health: st.health.clone(),
-            holders,
-            waiting: st.queue.len().saturating_sub(self.cfg.max_concurrent) as u64,
+            groups,
         }
     }
 }
@@ -313,13 +362,17 @@ impl Drop for Ticket {
 }
 
 #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
-/// Ranks the local tickets against the group's queue (sorted by creation
-/// revision): the first `max` keys hold the slots until `until`.
-fn rank(fleet: &Fleet, keys: &[String], entries: Vec<QueueEntry>, until: Instant) {
+/// Ranks the local tickets of `group` against its queue (sorted by
+/// creation revision): the first `max` keys hold the slots until `until`.
+fn rank(fleet: &Fleet, group: &str, keys: &[String], entries: Vec<QueueEntry>, until: Instant) {
     let tickets: Vec<Arc<TicketShared>> = {
         let mut st = fleet.lock();
-        st.queue = entries;
-        st.tickets.values().cloned().collect()
+        st.queues.insert(group.to_string(), entries);
+        st.tickets
+            .values()
+            .filter(|t| t.group == group)
+            .cloned()
+            .collect()
     };
     let max = fleet.cfg.max_concurrent;
     for t in tickets {

@@ -9,7 +9,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse,
+};
 
 use super::{rank, Fleet, QueueEntry};
 use crate::config::coordination::Coordination;
@@ -119,6 +122,8 @@ struct Session {
     stream: etcd_client::LeaseKeepAliveStream,
     timeout: Duration,
     ttl: Duration,
+    /// Groups whose `max_concurrent` agrees with etcd's (this session).
+    agreed: std::collections::BTreeSet<String>,
 }
 
 impl Session {
@@ -152,6 +157,7 @@ impl Session {
             stream,
             timeout,
             ttl: cfg.lease_ttl,
+            agreed: Default::default(),
         })
     }
 
@@ -197,18 +203,79 @@ impl Session {
         }
     }
 
-    /// Deletes released keys, puts new ones, reads the queue and ranks.
+    /// Deletes released keys; for each group: checks it agrees on
+    /// `max_concurrent`, puts new keys, reads the queue and ranks.
     async fn sync(&mut self, fleet: &Fleet, until: Instant) -> Result<(), String> {
         let released = std::mem::take(&mut fleet.lock().released);
         for key in released {
             with_timeout(self.timeout, self.client.delete(key, None)).await?;
         }
-        let prefix = format!("{}/{}/queue/", fleet.cfg.prefix, fleet.cfg.group);
+        for group in fleet.groups() {
+            if !self.agreed.contains(&group) {
+                match self.agree(fleet, &group).await? {
+                    Ok(()) => {
+                        fleet.lock().refused.remove(&group);
+                        self.agreed.insert(group.clone());
+                    }
+                    Err(why) => {
+                        if !fleet.refused(&group) {
+                            tracing::error!("{why}");
+                        }
+                        fleet.refuse(&group, &why);
+                        continue;
+                    }
+                }
+            }
+            self.sync_group(fleet, &group, until).await?;
+        }
+        fleet.connected();
+        Ok(())
+    }
+
+    /// Records the group's `max_concurrent` in etcd if nobody has, else
+    /// compares: members that disagree would let more drives refresh at
+    /// once than some of them allow. `Ok(Err(why))`: it disagrees.
+    async fn agree(&mut self, fleet: &Fleet, group: &str) -> Result<Result<(), String>, String> {
+        let key = format!("{}/{group}/max_concurrent", fleet.cfg.prefix);
+        let ours = fleet.cfg.max_concurrent.to_string();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), ours.clone(), None)])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let r = with_timeout(self.timeout, self.client.txn(txn)).await?;
+        if r.succeeded() {
+            tracing::info!(group, max_concurrent = %ours, "recorded the group's max_concurrent in etcd");
+            return Ok(Ok(()));
+        }
+        let theirs = r.op_responses().into_iter().find_map(|o| match o {
+            TxnOpResponse::Get(g) => g
+                .kvs()
+                .first()
+                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+            _ => None,
+        });
+        match theirs {
+            Some(t) if t == ours => Ok(Ok(())),
+            t => Ok(Err(format!(
+                "group {group} has max_concurrent = {} in etcd ({key}) but this daemon is configured with {ours}: every member of a group must agree; not refreshing in it (fix the config, or set the key: etcdctl put {key} N)",
+                t.as_deref().unwrap_or("?")
+            ))),
+        }
+    }
+
+    /// Puts the group's new keys, reads its queue, ranks its tickets.
+    async fn sync_group(
+        &mut self,
+        fleet: &Fleet,
+        group: &str,
+        until: Instant,
+    ) -> Result<(), String> {
+        let prefix = format!("{}/{group}/queue/", fleet.cfg.prefix);
         let unqueued: Vec<Arc<super::TicketShared>> = fleet
             .lock()
             .tickets
             .values()
-            .filter(|t| t.lock().key.is_none())
+            .filter(|t| t.group == group && t.lock().key.is_none())
             .cloned()
             .collect();
         for t in unqueued {
@@ -243,8 +310,7 @@ impl Session {
                 }),
             );
         }
-        fleet.connected();
-        rank(fleet, &keys, entries, until);
+        rank(fleet, group, &keys, entries, until);
         Ok(())
     }
 }

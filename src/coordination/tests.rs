@@ -35,8 +35,8 @@ fn the_first_keys_by_revision_hold_the_slots_the_rest_wait_in_order() {
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicBool::new(false)),
     );
-    let a = f.queue("sda", ca);
-    let b = f.queue("sdb", cb);
+    let a = f.queue("sda", "g", ca);
+    let b = f.queue("sdb", "g", cb);
     assert!(
         matches!(a.state(), SlotState::Unavailable(_)),
         "not in etcd yet"
@@ -47,14 +47,15 @@ fn the_first_keys_by_revision_hold_the_slots_the_rest_wait_in_order() {
     // Another host's key came first.
     let keys = ["/r/g/queue/9/sdx", "/r/g/queue/1/sda", "/r/g/queue/1/sdb"].map(String::from);
     let entries = vec![entry("sdx"), entry("sda"), entry("sdb")];
-    rank(&f, &keys, entries.clone(), later());
+    rank(&f, "g", &keys, entries.clone(), later());
     assert_eq!(a.state(), SlotState::Waiting { ahead: 1 });
     assert_eq!(b.state(), SlotState::Waiting { ahead: 2 });
-    assert_eq!(f.reply().holders.len(), 1);
-    assert_eq!(f.reply().holders[0].device, "sdx");
-    assert_eq!(f.reply().waiting, 2);
+    let g = &f.reply().groups[0];
+    assert_eq!(g.holders.len(), 1);
+    assert_eq!(g.holders[0].device, "sdx");
+    assert_eq!(g.waiting, 2);
     // The other host is done: first come, first served.
-    rank(&f, &keys[1..], entries[1..].to_vec(), later());
+    rank(&f, "g", &keys[1..], entries[1..].to_vec(), later());
     assert!(a.holds(), "{:?}", a.state());
     assert_eq!(b.state(), SlotState::Waiting { ahead: 1 });
     assert_eq!(a.view().reply().state, "held");
@@ -63,10 +64,11 @@ fn the_first_keys_by_revision_hold_the_slots_the_rest_wait_in_order() {
 #[test]
 fn a_slot_is_held_only_while_the_lease_is_proven() {
     let f = fleet(1);
-    let a = f.queue("sda", Arc::default());
+    let a = f.queue("sda", "g", Arc::default());
     put(&a, "k");
     rank(
         &f,
+        "g",
         &["k".into()],
         vec![entry("sda")],
         Instant::now() + Duration::from_millis(50),
@@ -85,12 +87,13 @@ fn losing_the_session_stops_the_engine_of_a_held_slot_only() {
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicBool::new(false)),
     );
-    let a = f.queue("sda", ca.clone());
-    let b = f.queue("sdb", cb.clone());
+    let a = f.queue("sda", "g", ca.clone());
+    let b = f.queue("sdb", "g", cb.clone());
     put(&a, "ka");
     put(&b, "kb");
     rank(
         &f,
+        "g",
         &["ka".into(), "kb".into()],
         vec![entry("sda"), entry("sdb")],
         later(),
@@ -109,19 +112,19 @@ fn losing_the_session_stops_the_engine_of_a_held_slot_only() {
         "queued again in the next session"
     );
     let r = f.reply();
-    assert!(!r.connected && r.holders.is_empty());
+    assert!(!r.connected && r.groups[0].holders.is_empty());
 }
 
 #[test]
 fn a_key_that_vanished_from_etcd_is_a_lost_slot() {
     let f = fleet(2);
     let ca = Arc::new(AtomicBool::new(false));
-    let a = f.queue("sda", ca.clone());
+    let a = f.queue("sda", "g", ca.clone());
     put(&a, "ka");
-    rank(&f, &["ka".into()], vec![entry("sda")], later());
+    rank(&f, "g", &["ka".into()], vec![entry("sda")], later());
     assert!(a.holds());
     // Deleted by hand, or its lease expired: never assume it is still ours.
-    rank(&f, &[], vec![], later());
+    rank(&f, "g", &[], vec![], later());
     assert!(!a.holds());
     assert!(ca.load(Ordering::Relaxed));
     assert!(a.shared.lock().key.is_none());
@@ -130,9 +133,9 @@ fn a_key_that_vanished_from_etcd_is_a_lost_slot() {
 #[test]
 fn dropping_a_ticket_releases_its_key() {
     let f = fleet(1);
-    let a = f.queue("sda", Arc::default());
+    let a = f.queue("sda", "g", Arc::default());
     put(&a, "ka");
-    let b = f.queue("sdb", Arc::default());
+    let b = f.queue("sdb", "g", Arc::default());
     drop(a);
     let st = f.lock();
     assert_eq!(st.released, vec!["ka".to_string()], "to delete in etcd");
@@ -143,4 +146,24 @@ fn dropping_a_ticket_releases_its_key() {
         f.lock().released.len() == 1,
         "an unqueued ticket had no key"
     );
+}
+
+#[test]
+fn groups_are_ranked_apart_and_a_refused_group_holds_nothing() {
+    let f = fleet(1);
+    let a = f.queue("sda", "g", Arc::default());
+    let b = f.queue("sdb", "h", Arc::default());
+    put(&a, "ga");
+    put(&b, "hb");
+    rank(&f, "g", &["ga".into()], vec![entry("sda")], later());
+    rank(&f, "h", &["hb".into()], vec![entry("sdb")], later());
+    assert!(a.holds() && b.holds(), "one slot in each group");
+    assert_eq!(f.groups(), vec!["g".to_string(), "h".to_string()]);
+    f.refuse("h", "group h has max_concurrent = 2 in etcd");
+    assert!(a.holds() && !b.holds());
+    let r = f.reply();
+    assert!(r.groups[1]
+        .error
+        .as_deref()
+        .is_some_and(|e| e.contains("max_concurrent")));
 }

@@ -269,7 +269,7 @@ fn drives(shared: &Shared) -> Vec<DriveEntry> {
         paths: c.roots.clone(),
         error: None,
         controller: Some(c.controller.clone()),
-        group: shared.fleet.as_ref().map(|f| f.cfg.group.clone()),
+        group: c.group.clone(),
     });
     let unwatched = shared.unwatched.iter().map(|(p, why)| DriveEntry {
         device: "unwatched".into(),

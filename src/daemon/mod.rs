@@ -3,6 +3,7 @@
 //! the metrics endpoint, signals and systemd notification — on a tokio
 //! runtime that only ever waits on sockets, timers and signals.
 
+pub mod cells;
 pub mod control;
 pub mod fleet_metrics;
 pub mod metrics;
@@ -14,7 +15,6 @@ pub mod targets;
 pub mod topology;
 pub mod worker;
 
-use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::config::{self, Config};
-use crate::drive;
 
 pub use shared::{DriveCell, DriveStatus, Shared};
 
@@ -50,54 +49,6 @@ fn lock_state_dir(dir: &Path) -> Result<InstanceLock> {
         ),
         Err(e) => Err(e).with_context(|| format!("locking {}", path.display())),
     }
-}
-
-/// Trees that cannot be watched, with why.
-type Unwatched = Vec<(PathBuf, String)>;
-
-/// Groups the configured trees by the drive(s) they live on; the trees
-/// that cannot be watched (missing, a symlink, an unsupported filesystem,
-/// no drive found) are returned apart, with the reason.
-fn drive_cells(cfg: &Config) -> (Vec<Arc<DriveCell>>, Unwatched) {
-    let mut groups: BTreeMap<String, (Vec<drive::Drive>, Vec<PathBuf>)> = BTreeMap::new();
-    let mut unwatched = vec![];
-    for p in &cfg.paths {
-        if let Some(why) = config::trees::tree_problem(&p.path) {
-            tracing::error!("{why}: this tree is not watched");
-            unwatched.push((p.path.clone(), why));
-            continue;
-        }
-        match drive::drives_of(&p.path) {
-            Ok(ds) => {
-                let label = ds
-                    .iter()
-                    .map(|d| d.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join("+");
-                groups
-                    .entry(label)
-                    .or_insert_with(|| (ds, vec![]))
-                    .1
-                    .push(p.path.clone());
-            }
-            Err(e) => {
-                tracing::error!("{e}: this tree is not watched");
-                unwatched.push((p.path.clone(), e.to_string()));
-            }
-        }
-    }
-    let sys = Path::new("/sys");
-    let cells = groups
-        .into_iter()
-        .map(|(label, (drives, roots))| {
-            let controller = drives.first().map_or_else(
-                || "unknown".into(),
-                |d| topology::controller_of(sys, &d.name),
-            );
-            Arc::new(DriveCell::new(label, drives, roots).with_controller(controller))
-        })
-        .collect();
-    (cells, unwatched)
 }
 
 fn notify(state: &[sd_notify::NotifyState<'_>]) {
@@ -135,7 +86,7 @@ pub fn run(cfg: Config, stop: Stop) -> Result<()> {
     if let Err(e) = crate::inventory::journal::recover(&journal) {
         tracing::warn!("reading the recovery journal: {e}");
     }
-    let (drives, unwatched) = drive_cells(&cfg);
+    let (drives, unwatched) = cells::drive_cells(&cfg);
     if drives.is_empty() {
         // Up anyway: status, drives and the metrics say why, and systemd
         // does not restart-loop on a tree that is not mounted yet.

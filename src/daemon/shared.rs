@@ -223,6 +223,8 @@ pub struct DriveCell {
     pub pace: Arc<crate::engine::pace::PaceStatus>,
     /// The controller it is behind (`pci-…`, "virtual").
     pub controller: String,
+    /// Its fleet group (with `[coordination]`).
+    pub group: Option<String>,
     /// Its place in the fleet group while it wants a slot.
     pub slot: Mutex<Option<Arc<crate::coordination::TicketShared>>>,
 }
@@ -239,6 +241,7 @@ impl DriveCell {
             cancel: Arc::new(AtomicBool::new(false)),
             pace: Arc::default(),
             controller: "unknown".into(),
+            group: None,
             slot: Mutex::new(None),
         }
     }
@@ -246,6 +249,11 @@ impl DriveCell {
     /// The drive behind `controller`.
     pub fn with_controller(self, controller: String) -> DriveCell {
         DriveCell { controller, ..self }
+    }
+
+    /// The drive in fleet group `group`.
+    pub fn with_group(self, group: Option<String>) -> DriveCell {
+        DriveCell { group, ..self }
     }
 
     /// Its slot in the fleet group, for status and metrics.

@@ -56,7 +56,8 @@ impl SlotKeeper {
                 return Some(("health", HEALTH_GATE));
             }
             fleet.set_health(None);
-            let t = fleet.queue(&cell.label, cell.cancel.clone());
+            let group = cell.group.as_deref().unwrap_or(&fleet.cfg.group);
+            let t = fleet.queue(&cell.label, group, cell.cancel.clone());
             *cell.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.view());
             self.ticket = Some(t);
         }

@@ -26,11 +26,10 @@ pub struct StatusReply {
     pub coordination: Option<CoordinationReply>,
 }
 
-/// The daemon's group in etcd, in `status`.
+/// The daemon's fleet membership in `status`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CoordinationReply {
-    pub group: String,
-    /// This daemon's name in the group.
+    /// This daemon's name in its groups.
     pub name: String,
     pub max_concurrent: u64,
     /// Whether the etcd session is up.
@@ -39,10 +38,21 @@ pub struct CoordinationReply {
     pub error: Option<String>,
     /// Why the health gate last said no (cleared when it says yes).
     pub health: Option<String>,
-    /// Who holds the group's slots, first come first.
+    /// Its drives' groups: `[coordination]`'s first.
+    pub groups: Vec<GroupReply>,
+}
+
+/// One fleet group as etcd last said.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupReply {
+    pub group: String,
+    /// Who holds its slots, first come first.
     pub holders: Vec<SlotHolder>,
-    /// Drives of the group waiting for a slot.
+    /// Drives waiting for a slot.
     pub waiting: u64,
+    /// Why this daemon cannot take its slots (e.g. it disagrees on
+    /// `max_concurrent` with the group).
+    pub error: Option<String>,
 }
 
 /// A holder of one of the group's slots.
@@ -58,6 +68,7 @@ pub struct SlotHolder {
 /// A drive's place in its group, in `status`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SlotReply {
+    pub group: String,
     /// "held", "waiting" or "unavailable" (etcd cannot be reached).
     pub state: String,
     /// While waiting: drives ahead of it.
