@@ -761,3 +761,93 @@ fn privileged_fleet_groups_agree_and_trees_name_their_group() {
         "{text}"
     );
 }
+
+/// A drive queues for its group's slot only when its host could start it
+/// now: while the host's one permit is busy with another drive, it does
+/// not hold a slot the other copies of its data could use.
+#[test]
+fn privileged_fleet_a_drive_waiting_for_its_host_does_not_hold_a_slot() {
+    if !have_etcd("privileged_fleet_a_drive_waiting_for_its_host_does_not_hold_a_slot") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let fs = [LoopFs::new("ext4", 128), LoopFs::new("ext4", 128)];
+    let trees: Vec<PathBuf> = fs.iter().map(|f| f.path("tree")).collect();
+    let files: Vec<PathBuf> = trees
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| stale_files(t, 1, 32, 950 + i as u64))
+        .collect();
+    fs.iter().for_each(LoopFs::sync);
+    let before: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let port = free_port();
+    let cfg = config_trees(tmp.path(), &[&trees[0], &trees[1]], port, SLOW);
+    let text = std::fs::read_to_string(&cfg).unwrap().replacen(
+        &format!("path = \"{}\"\n", trees[1].display()),
+        &format!("path = \"{}\"\ngroup = \"shard-8\"\n", trees[1].display()),
+        1,
+    );
+    let section = coordination(&etcd.endpoint(), "shard-7", "h", 1, "");
+    std::fs::write(&cfg, format!("{text}{section}")).unwrap();
+    let d = Daemon::start(tmp.path(), &cfg, port);
+    force(&d);
+    let all = |d: &Daemon| -> serde_json::Value {
+        let (_, out, _) = d.ctl(&["--json", "status"]);
+        serde_json::from_str(&out).unwrap()
+    };
+    d.wait_for(
+        "one drive refreshing, the other waiting for the host",
+        30,
+        |d| {
+            let st = all(d);
+            let drives = st["drives"].as_array().unwrap();
+            drives.iter().any(|x| !x["refresh"].is_null())
+                && drives.iter().any(|x| x["waiting"] == "host")
+        },
+    );
+    let st = all(&d);
+    let waiting = st["drives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["waiting"] == "host")
+        .unwrap()
+        .clone();
+    assert!(
+        waiting["slot"].is_null(),
+        "no slot while the host is busy: {waiting:#}"
+    );
+    let busy_group = if etcd.queue("shard-7").is_empty() {
+        "shard-8"
+    } else {
+        "shard-7"
+    };
+    let idle_group = if busy_group == "shard-7" {
+        "shard-8"
+    } else {
+        "shard-7"
+    };
+    assert_eq!(etcd.queue(busy_group).len(), 1);
+    assert!(
+        etcd.queue(idle_group).is_empty(),
+        "the waiting drive is not in its group's queue"
+    );
+    let t = Instant::now();
+    while refreshed_total_of(&d) < (64 << 20) as f64 {
+        assert!(t.elapsed() < Duration::from_secs(60), "{}", d.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(d);
+    let now: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
+    assert_eq!(before, now, "contents, layout and times unchanged");
+}
+
+/// Bytes refreshed over every drive of a daemon.
+fn refreshed_total_of(d: &Daemon) -> f64 {
+    d.metrics()
+        .lines()
+        .filter(|l| l.starts_with("refreshd_refreshed_bytes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

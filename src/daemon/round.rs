@@ -38,6 +38,9 @@ pub struct RoundResult {
     pub gate_failed: Option<String>,
     /// The maintenance window closed between files.
     pub left_window: bool,
+    /// It held a fleet slot but the host had no room (another drive took
+    /// the permit first): the slot goes back.
+    pub host_busy: bool,
 }
 
 /// Why a round stops between files.
@@ -143,13 +146,29 @@ pub fn run(
             || ticket.is_some_and(|t| !t.holds())
     };
     let cfg = shared.config();
-    let Some(_permit) = shared.permits.acquire(cfg.max_active_drives, &stop) else {
-        return RoundResult::default();
-    };
     let controller = shared.controller_permits(&cell.controller);
     let per_controller = cfg.max_active_per_controller.unwrap_or(usize::MAX);
-    let Some(_controller_permit) = controller.acquire(per_controller, &stop) else {
-        return RoundResult::default();
+    // Holding a fleet slot, never wait for the host: give the slot back
+    // (the other copies of the data may use it) and queue again once the
+    // host has room.
+    let permits = if ticket.is_some() {
+        let host = shared.permits.try_acquire(cfg.max_active_drives);
+        let ctl = host
+            .as_ref()
+            .and_then(|_| controller.try_acquire(per_controller));
+        host.zip(ctl)
+    } else {
+        let host = shared.permits.acquire(cfg.max_active_drives, &stop);
+        let ctl = host
+            .as_ref()
+            .and_then(|_| controller.acquire(per_controller, &stop));
+        host.zip(ctl)
+    };
+    let Some(_permits) = permits else {
+        return RoundResult {
+            host_busy: ticket.is_some(),
+            ..RoundResult::default()
+        };
     };
     cell.cancel.store(false, Ordering::Relaxed);
     let mut result = RoundResult {

@@ -302,10 +302,25 @@ impl Permits {
         }
     }
 
+    /// A permit if one of `max` is free now.
+    pub fn try_acquire(&self, max: usize) -> Option<Permit<'_>> {
+        let mut n = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        if *n < max.max(1) {
+            *n += 1;
+            return Some(Permit(self));
+        }
+        None
+    }
+
     fn release(&self) {
         let mut n = self.active.lock().unwrap_or_else(|e| e.into_inner());
         *n = n.saturating_sub(1);
         self.cv.notify_all();
+    }
+
+    /// Whether one of `max` is free now (taken or not later).
+    pub fn free(&self, max: usize) -> bool {
+        self.active() < max.max(1)
     }
 
     /// Permits held now.

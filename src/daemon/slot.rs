@@ -10,10 +10,20 @@ use std::time::{Duration, Instant};
 use crate::coordination::{gate, SlotState, Ticket};
 
 use super::shared::{DriveCell, Shared};
-use super::step::{ETCD_UNREACHABLE, HEALTH_GATE, WAITING_FOR_SLOT};
+use super::step::{ETCD_UNREACHABLE, HEALTH_GATE, WAITING_FOR_HOST, WAITING_FOR_SLOT};
 
 /// After the health gate said no, it is asked again this much later.
 pub const GATE_RETRY: Duration = Duration::from_secs(10);
+
+/// Whether the host's and the controller's permits have room now.
+fn local_permit_free(shared: &Shared, cell: &DriveCell) -> bool {
+    let cfg = shared.config();
+    let per_controller = cfg.max_active_per_controller.unwrap_or(usize::MAX);
+    shared.permits.free(cfg.max_active_drives)
+        && shared
+            .controller_permits(&cell.controller)
+            .free(per_controller)
+}
 
 /// The worker's hold on its slot.
 #[derive(Debug)]
@@ -33,17 +43,29 @@ impl Default for SlotKeeper {
 
 impl SlotKeeper {
     /// Why the drive may not refresh now (and its `waiting` word), or
-    /// `None` when it may. `wanted`: it would refresh now otherwise.
+    /// `None` when it may. `wanted`: it wants to refresh (a queued ticket
+    /// is kept); `next`: a refresh is its very next step, so it queues (a
+    /// drive does not hold a slot while it rescans or samples first).
     pub fn wait_reason(
         &mut self,
         shared: &Shared,
         cell: &DriveCell,
         wanted: bool,
+        next: bool,
     ) -> Option<(&'static str, &'static str)> {
         let fleet = shared.fleet.as_ref()?;
         if !wanted {
             self.release(cell);
             return None;
+        }
+        if self.ticket.is_none() && !next {
+            return None;
+        }
+        if self.ticket.is_none() && !local_permit_free(shared, cell) {
+            // Queue in the fleet only when this host could start now: a
+            // slot held while the host's other drives refresh would keep
+            // the group's other copies waiting for nothing.
+            return Some(("host", WAITING_FOR_HOST));
         }
         if self.ticket.is_none() {
             if Instant::now() < self.gate_retry_at {

@@ -78,6 +78,8 @@ pub const PAUSED: &str = "paused: the refresh waits for `refreshctl resume`";
 /// How often a drive waiting for a fleet slot looks again.
 pub const SLOT_POLL: Duration = Duration::from_secs(1);
 pub const WAITING_FOR_SLOT: &str = "waiting for a slot in the fleet group";
+pub const WAITING_FOR_HOST: &str =
+    "waiting for the host's other drives (max_active_drives, max_active_per_controller)";
 pub const ETCD_UNREACHABLE: &str =
     "etcd cannot be reached: not refreshing until it can (see status)";
 pub const HEALTH_GATE: &str = "the health gate says no: the refresh waits (see status)";

@@ -137,15 +137,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             && !paused
             && !budget_spent
             && Instant::now() >= l.refresh_not_before;
-        let slot_wait = l.slot.wait_reason(&shared, &cell, wanted);
-        cell.lock().waiting = match () {
-            _ if !wants_refresh && !forced => None,
-            _ if paused => Some("paused"),
-            _ if budget_spent => Some("budget"),
-            _ if !in_window => Some("window"),
-            _ => slot_wait.map(|(word, _)| word),
-        };
-        let view = View {
+        let mut view = View {
             now: Instant::now(),
             stopping: shared.stopping(),
             next_scan: l.next_scan,
@@ -158,7 +150,17 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             in_window,
             refresh_not_before: l.refresh_not_before,
             budget_spent,
-            slot_wait: slot_wait.map(|(_, why)| why),
+            slot_wait: None,
+        };
+        let next = matches!(next_step(&view), Step::Refresh { .. });
+        let slot_wait = l.slot.wait_reason(&shared, &cell, wanted, next);
+        view.slot_wait = slot_wait.map(|(_, why)| why);
+        cell.lock().waiting = match () {
+            _ if !wants_refresh && !forced => None,
+            _ if paused => Some("paused"),
+            _ if budget_spent => Some("budget"),
+            _ if !in_window => Some("window"),
+            _ => slot_wait.map(|(word, _)| word),
         };
         match next_step(&view) {
             Step::Stop => return,
@@ -232,7 +234,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                     }
                 } else if r.rescan {
                     l.next_scan = Instant::now();
-                } else if r.slot_lost || r.gate_failed.is_some() || r.left_window {
+                } else if r.slot_lost || r.gate_failed.is_some() || r.left_window || r.host_busy {
                     // It waits for the slot, the gate or the window again.
                 } else if !shared.stopping() && !cell.paused.load(Ordering::Relaxed) {
                     // It could not start (the error is in the status).
