@@ -445,7 +445,7 @@ fn privileged_fleet_bad_input_is_refused_or_shown_never_a_refresh_without_a_slot
     assert_eq!(
         metric(
             &metrics,
-            &format!("refreshd_coordination_slot_waiting{{device=\"{dev}\"}}")
+            &format!("refreshd_coordination_slot_waiting{{device=\"{dev}\",group=\"shard-7\"}}")
         ),
         Some(1.0),
         "{metrics}"

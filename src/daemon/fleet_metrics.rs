@@ -9,8 +9,23 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::metrics::Dev;
 use super::Shared;
+
+/// A drive and its fleet group ("" without coordination).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DevGroup {
+    pub device: String,
+    pub group: String,
+}
+
+impl DevGroup {
+    fn of(c: &super::DriveCell) -> DevGroup {
+        DevGroup {
+            device: c.label.clone(),
+            group: c.group.clone().unwrap_or_default(),
+        }
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Kind {
@@ -24,9 +39,9 @@ pub const ERROR_KINDS: [&str; 3] = ["connect", "session_lost", "health_gate"];
 pub struct FleetMetrics {
     pub configured: Gauge,
     pub up: Gauge,
-    pub slot_held: Family<Dev, Gauge>,
-    pub slot_waiting: Family<Dev, Gauge>,
-    pub wait_seconds: Family<Dev, Gauge<f64, AtomicU64>>,
+    pub slot_held: Family<DevGroup, Gauge>,
+    pub slot_waiting: Family<DevGroup, Gauge>,
+    pub wait_seconds: Family<DevGroup, Gauge<f64, AtomicU64>>,
     pub errors: Family<Kind, Counter>,
 }
 
@@ -74,9 +89,7 @@ impl FleetMetrics {
                 .inc_by(0);
         }
         for c in &shared.drives {
-            let dev = Dev {
-                device: c.label.clone(),
-            };
+            let dev = DevGroup::of(c);
             self.slot_held.get_or_create(&dev).set(0);
             self.slot_waiting.get_or_create(&dev).set(0);
             self.wait_seconds.get_or_create(&dev).set(0.0);
@@ -100,9 +113,7 @@ impl FleetMetrics {
                 .store(n.load(Ordering::Relaxed), Ordering::Relaxed);
         }
         for c in &shared.drives {
-            let dev = Dev {
-                device: c.label.clone(),
-            };
+            let dev = DevGroup::of(c);
             let slot = c.slot_reply();
             let held = slot.as_ref().is_some_and(|s| s.state == "held");
             let waiting = slot.as_ref().is_some_and(|s| s.state != "held");
