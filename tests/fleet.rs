@@ -270,6 +270,23 @@ fn privileged_fleet_an_etcd_outage_stops_the_holder_and_nobody_starts() {
     if !have_etcd("privileged_fleet_an_etcd_outage_stops_the_holder_and_nobody_starts") {
         return;
     }
+    outage(false);
+}
+
+/// A partition rather than a crash: etcd stops answering (SIGSTOP) with
+/// its connections open, so only timeouts tell.
+#[test]
+fn privileged_fleet_a_silent_etcd_stops_the_holder_and_nobody_starts() {
+    if !have_etcd("privileged_fleet_a_silent_etcd_stops_the_holder_and_nobody_starts") {
+        return;
+    }
+    outage(true);
+}
+
+/// etcd goes away mid-refresh (killed, or frozen when `silent`) and comes
+/// back: the holder stops within the lease TTL, nobody refreshes without
+/// etcd, and afterwards both finish with no byte rewritten twice.
+fn outage(silent: bool) {
     let mut etcd = Etcd::start();
     let members = [
         member("a", &etcd.endpoint(), 1, 1, 64, ""),
@@ -290,7 +307,11 @@ fn privileged_fleet_an_etcd_outage_stops_the_holder_and_nobody_starts() {
         assert!(t.elapsed() < Duration::from_secs(30), "nobody started");
         std::thread::sleep(Duration::from_millis(100));
     };
-    etcd.down();
+    if silent {
+        etcd.freeze();
+    } else {
+        etcd.down();
+    }
     let down = Instant::now();
     daemons[holder].wait_for("the holder to stop", 10, |d| !in_progress(d));
     let stopped = down.elapsed();
@@ -322,7 +343,11 @@ fn privileged_fleet_an_etcd_outage_stops_the_holder_and_nobody_starts() {
             "refreshd_coordination_errors_total{kind=\"session_lost\"}"
         ) >= Some(1.0)
     );
-    etcd.up();
+    if silent {
+        etcd.thaw();
+    } else {
+        etcd.up();
+    }
     wait_all("both refreshed after etcd is back", 90, &daemons, &members);
     let log = daemons[holder].log();
     let skip = resumed_at(&log).unwrap_or_else(|| panic!("no resume:\n{log}"));
@@ -850,4 +875,103 @@ fn refreshed_total_of(d: &Daemon) -> f64 {
         .filter(|l| l.starts_with("refreshd_refreshed_bytes_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// Pausing the holder gives its slot back at once (the next drive starts);
+/// resumed, it queues again and finishes from its checkpoint. A drive
+/// outside its window does not queue at all.
+#[test]
+fn privileged_fleet_pause_gives_the_slot_back_and_a_closed_window_never_queues() {
+    if !have_etcd("privileged_fleet_pause_gives_the_slot_back_and_a_closed_window_never_queues") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let members = [
+        member("a", &etcd.endpoint(), 1, 1, 48, ""),
+        member("b", &etcd.endpoint(), 1, 1, 16, ""),
+    ];
+    let daemons: Vec<Daemon> = members.iter().map(Member::start).collect();
+    force(&daemons[0]);
+    daemons[0].wait_for("a refreshing", 30, |d| {
+        in_progress(d) && bytes_done(d) >= 8 << 20
+    });
+    force(&daemons[1]);
+    daemons[1].wait_for("b waiting", 30, |d| {
+        d.status()["slot"]["state"] == "waiting"
+    });
+    let (code, _, err) = daemons[0].ctl(&["pause"]);
+    assert_eq!(code, 0, "{err}");
+    let paused = Instant::now();
+    daemons[1].wait_for("b takes the slot a gave back", 10, in_progress);
+    let took = paused.elapsed();
+    eprintln!("b started {took:?} after a paused");
+    assert!(
+        took < Duration::from_secs(4),
+        "{took:?}: the slot waited for a lease to expire?"
+    );
+    assert_eq!(daemons[0].status()["waiting"], "paused");
+    assert!(
+        daemons[0].status()["slot"].is_null(),
+        "a paused drive holds no slot"
+    );
+    let (code, _, err) = daemons[0].ctl(&["resume"]);
+    assert_eq!(code, 0, "{err}");
+    force(&daemons[0]);
+    wait_all("both refreshed", 90, &daemons, &members);
+    let log = daemons[0].log();
+    assert!(resumed_at(&log).is_some_and(|s| s >= 8 << 20), "{log}");
+    assert_eq!(refreshed(&daemons[0]), 48 << 20, "no byte rewritten twice");
+    let intervals: Vec<(f64, f64)> = daemons
+        .iter()
+        .flat_map(|d| refresh_intervals(&d.log()))
+        .collect();
+    assert_eq!(most_overlapping(&intervals), 1, "{intervals:?}");
+    drop(daemons);
+    for m in &members {
+        m.unchanged();
+    }
+    // A window that is closed now: asked, the drive waits for it and
+    // never takes a place in the queue.
+    let c = member("c", &etcd.endpoint(), 1, 1, 8, "");
+    let now = refreshd::inventory::now_secs();
+    let closed = closed_window(now);
+    let text = std::fs::read_to_string(&c.cfg).unwrap().replacen(
+        "[defaults]\n",
+        &format!("[defaults]\nwindow = \"{closed}\"\n"),
+        1,
+    );
+    std::fs::write(&c.cfg, text).unwrap();
+    let dc = c.start();
+    force(&dc);
+    dc.wait_for("c waiting for its window", 30, |d| {
+        d.status()["waiting"] == "window"
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        etcd.queue("shard-7").is_empty(),
+        "no slot taken outside the window"
+    );
+    assert_eq!(refreshed(&dc), 0);
+    drop(dc);
+    c.unchanged();
+}
+
+/// A one-hour local-time window that starts 6 hours from `now`.
+fn closed_window(now: i64) -> String {
+    // SAFETY: localtime_r with valid pointers.
+    let minute = unsafe {
+        let t: libc::time_t = now;
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        tm.tm_hour * 60 + tm.tm_min
+    };
+    let start = (minute + 360) % 1440;
+    let end = (start + 60) % 1440;
+    format!(
+        "{:02}:{:02}-{:02}:{:02}",
+        start / 60,
+        start % 60,
+        end / 60,
+        end % 60
+    )
 }

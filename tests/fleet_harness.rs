@@ -138,6 +138,21 @@ impl Etcd {
         }
     }
 
+    /// Freezes the member (SIGSTOP): connections stay open and nothing
+    /// answers, as in a network partition.
+    pub fn freeze(&self) {
+        self.signal(nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    pub fn thaw(&self) {
+        self.signal(nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        let pid = self.child.as_ref().expect("running").id() as i32;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
+    }
+
     /// etcdctl (v3 API) against this member.
     pub fn ctl(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new("/usr/bin/etcdctl");
@@ -173,6 +188,9 @@ impl Etcd {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
+        if self.child.is_some() {
+            self.thaw();
+        }
         self.down();
     }
 }
