@@ -256,6 +256,7 @@ impl Fleet {
         g
     }
 
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
     /// This daemon may not take `group`'s slots: its tickets wait, and
     /// the status says why.
     fn refuse(&self, group: &str, why: &str) {
@@ -273,6 +274,7 @@ impl Fleet {
         }
     }
 
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
     fn refused(&self, group: &str) -> bool {
         self.lock().refused.contains_key(group)
     }
