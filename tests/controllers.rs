@@ -7,33 +7,6 @@ use std::time::{Duration, Instant};
 use crate::daemon_harness::*;
 use crate::helpers::*;
 
-/// Refresh intervals (start, end) of `device` in seconds of the day.
-fn intervals(log: &str, device: &str) -> Vec<(f64, f64)> {
-    let tag = format!("device={device}");
-    let secs = |l: &str| -> Option<f64> {
-        let hms = l
-            .split_whitespace()
-            .next()?
-            .split('T')
-            .nth(1)?
-            .trim_end_matches('Z');
-        let v: Vec<f64> = hms.split(':').filter_map(|x| x.parse().ok()).collect();
-        (v.len() == 3).then(|| v[0] * 3600.0 + v[1] * 60.0 + v[2])
-    };
-    let mut out = vec![];
-    let mut open = None;
-    for l in log.lines().filter(|l| l.contains(&tag)) {
-        if l.contains("refresh starts") {
-            open = secs(l);
-        } else if l.contains("refresh ends") {
-            if let (Some(a), Some(b)) = (open.take(), secs(l)) {
-                out.push((a, b));
-            }
-        }
-    }
-    out
-}
-
 fn overlap(a: &[(f64, f64)], b: &[(f64, f64)]) -> bool {
     a.iter().any(|x| b.iter().any(|y| x.0 < y.1 && y.0 < x.1))
 }
@@ -82,20 +55,15 @@ fn two_drives_overlap(per_controller: usize) -> bool {
         .iter()
         .map(|f| f.dev.trim_start_matches("/dev/").to_string())
         .collect();
-    let (a, b) = (intervals(&log, &devs[0]), intervals(&log, &devs[1]));
+    let (a, b) = (
+        refresh_intervals(&log, Some(&devs[0])),
+        refresh_intervals(&log, Some(&devs[1])),
+    );
     assert!(!a.is_empty() && !b.is_empty(), "{log}");
     drop(d);
     let now: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
     assert_eq!(before, now, "contents, layout and times unchanged");
     overlap(&a, &b)
-}
-
-/// Bytes refreshed over every drive.
-fn refreshed_total(m: &str) -> f64 {
-    m.lines()
-        .filter(|l| l.starts_with("refreshd_refreshed_bytes_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 #[test]

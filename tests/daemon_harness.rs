@@ -217,3 +217,62 @@ pub fn stale_files(root: &Path, n: usize, mib: usize, seed: u64) -> Vec<PathBuf>
         })
         .collect()
 }
+
+/// Intervals (start, end) in seconds of the day between "refresh starts"
+/// and "refresh ends" in a daemon's log, of `device` only if given (an
+/// open one ends never).
+pub fn refresh_intervals(log: &str, device: Option<&str>) -> Vec<(f64, f64)> {
+    let secs = |l: &str| -> Option<f64> {
+        let hms = l
+            .split_whitespace()
+            .next()?
+            .split('T')
+            .nth(1)?
+            .trim_end_matches('Z');
+        let v: Vec<f64> = hms.split(':').filter_map(|x| x.parse().ok()).collect();
+        (v.len() == 3).then(|| v[0] * 3600.0 + v[1] * 60.0 + v[2])
+    };
+    let tag = device.map(|d| format!("device={d}"));
+    let mut out = vec![];
+    let mut open = None;
+    for l in log
+        .lines()
+        .filter(|l| tag.as_ref().is_none_or(|t| l.contains(t.as_str())))
+    {
+        if l.contains("refresh starts") {
+            open = secs(l);
+        } else if l.contains("refresh ends") {
+            if let (Some(a), Some(b)) = (open.take(), secs(l)) {
+                out.push((a, b));
+            }
+        }
+    }
+    if let Some(a) = open {
+        out.push((a, f64::INFINITY));
+    }
+    out
+}
+
+/// The most intervals that overlap at one instant.
+pub fn most_overlapping(intervals: &[(f64, f64)]) -> usize {
+    let mut events: Vec<(f64, i32)> = intervals
+        .iter()
+        .flat_map(|&(a, b)| [(a, 1), (b, -1)])
+        .collect();
+    // Ends before starts at the same instant: touching is not overlapping.
+    events.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let (mut now, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        now += d;
+        max = max.max(now);
+    }
+    max as usize
+}
+
+/// Bytes refreshed over every drive of a daemon's scrape.
+pub fn refreshed_total(m: &str) -> f64 {
+    m.lines()
+        .filter(|l| l.starts_with("refreshd_refreshed_bytes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

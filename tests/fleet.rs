@@ -66,6 +66,15 @@ impl Member {
     }
 }
 
+/// The most refreshes that ran at once across the daemons (their logs).
+fn most_at_once(daemons: &[Daemon]) -> usize {
+    let all: Vec<(f64, f64)> = daemons
+        .iter()
+        .flat_map(|d| refresh_intervals(&d.log(), None))
+        .collect();
+    most_overlapping(&all)
+}
+
 fn refreshed(d: &Daemon) -> u64 {
     refreshed_bytes(&d.metrics()) as u64
 }
@@ -114,22 +123,23 @@ fn three_in_a_group(max: usize) -> (usize, usize) {
     wait_all("every drive refreshed", 120, &daemons, &members);
     let seen = watcher.max();
     drop(watcher);
-    let intervals: Vec<(f64, f64)> = daemons
+    let rounds: usize = daemons
         .iter()
-        .flat_map(|d| refresh_intervals(&d.log()))
-        .collect();
-    assert!(intervals.len() >= 3, "{intervals:?}");
+        .map(|d| refresh_intervals(&d.log(), None).len())
+        .sum();
+    assert!(rounds >= 3, "{rounds} rounds");
     for d in &daemons {
         let log = d.log();
         assert!(log.contains("fleet slot taken"), "{log}");
         assert!(log.contains("fleet slot released"), "{log}");
     }
     assert!(etcd.queue("shard-7").is_empty(), "every slot given back");
+    let at_once = most_at_once(&daemons);
     drop(daemons);
     for m in &members {
         m.unchanged();
     }
-    (seen, most_overlapping(&intervals))
+    (seen, at_once)
 }
 
 #[test]
@@ -240,11 +250,7 @@ fn privileged_fleet_a_killed_holder_frees_its_slot_within_the_lease_ttl() {
         d.status()["refresh"].is_null() && d.status()["last_refresh"].is_i64()
     });
     let log = daemons[0].log();
-    let intervals: Vec<(f64, f64)> = daemons
-        .iter()
-        .flat_map(|d| refresh_intervals(&d.log()))
-        .collect();
-    assert_eq!(most_overlapping(&intervals), 1, "{intervals:?}");
+    assert_eq!(most_at_once(&daemons), 1, "one at a time");
     if exact {
         let skip = resumed_at(&log).unwrap_or_else(|| panic!("no resume:\n{log}"));
         assert!(skip >= 8 << 20, "resumed at {skip}");
@@ -356,11 +362,7 @@ fn outage(silent: bool) {
         // No byte before a checkpoint written twice.
         assert_eq!(refreshed(d), m.bytes(), "{}", d.log());
     }
-    let intervals: Vec<(f64, f64)> = daemons
-        .iter()
-        .flat_map(|d| refresh_intervals(&d.log()))
-        .collect();
-    assert_eq!(most_overlapping(&intervals), 1, "{intervals:?}");
+    assert_eq!(most_at_once(&daemons), 1, "one at a time");
     drop(daemons);
     for m in &members {
         m.unchanged();
@@ -611,15 +613,7 @@ fn privileged_fleet_three_degraded_drives_refresh_one_at_a_time_and_end_fast() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
-    let intervals: Vec<(f64, f64)> = daemons
-        .iter()
-        .flat_map(|d| refresh_intervals(&d.log()))
-        .collect();
-    assert_eq!(
-        most_overlapping(&intervals),
-        1,
-        "one at a time: {intervals:?}"
-    );
+    assert_eq!(most_at_once(&daemons), 1, "one at a time");
     for d in &daemons {
         assert!(d.log().contains("fleet slot taken"), "{}", d.log());
     }
@@ -859,22 +853,13 @@ fn privileged_fleet_a_drive_waiting_for_its_host_does_not_hold_a_slot() {
         "the waiting drive is not in its group's queue"
     );
     let t = Instant::now();
-    while refreshed_total_of(&d) < (64 << 20) as f64 {
+    while refreshed_total(&d.metrics()) < (64 << 20) as f64 {
         assert!(t.elapsed() < Duration::from_secs(60), "{}", d.log());
         std::thread::sleep(Duration::from_millis(200));
     }
     drop(d);
     let now: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
     assert_eq!(before, now, "contents, layout and times unchanged");
-}
-
-/// Bytes refreshed over every drive of a daemon.
-fn refreshed_total_of(d: &Daemon) -> f64 {
-    d.metrics()
-        .lines()
-        .filter(|l| l.starts_with("refreshd_refreshed_bytes_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Pausing the holder gives its slot back at once (the next drive starts);
@@ -921,11 +906,7 @@ fn privileged_fleet_pause_gives_the_slot_back_and_a_closed_window_never_queues()
     let log = daemons[0].log();
     assert!(resumed_at(&log).is_some_and(|s| s >= 8 << 20), "{log}");
     assert_eq!(refreshed(&daemons[0]), 48 << 20, "no byte rewritten twice");
-    let intervals: Vec<(f64, f64)> = daemons
-        .iter()
-        .flat_map(|d| refresh_intervals(&d.log()))
-        .collect();
-    assert_eq!(most_overlapping(&intervals), 1, "{intervals:?}");
+    assert_eq!(most_at_once(&daemons), 1, "one at a time");
     drop(daemons);
     for m in &members {
         m.unchanged();
