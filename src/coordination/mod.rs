@@ -397,4 +397,27 @@ fn rank(fleet: &Fleet, group: &str, keys: &[String], entries: Vec<QueueEntry>, u
 }
 
 #[cfg(test)]
+impl Fleet {
+    /// A ticket held until `until`, without etcd (for tests of its users).
+    pub(crate) fn held_ticket(
+        self: &Arc<Self>,
+        device: &str,
+        cancel: Arc<AtomicBool>,
+        until: Instant,
+    ) -> Ticket {
+        let group = self.cfg.group.clone();
+        let t = self.queue(device, &group, cancel);
+        let key = format!("test/{device}");
+        t.shared.lock().key = Some(key.clone());
+        let entry = QueueEntry {
+            name: self.cfg.name.clone(),
+            device: device.into(),
+            since: 0,
+        };
+        rank(self, &group, &[key], vec![entry], until);
+        t
+    }
+}
+
+#[cfg(test)]
 mod tests;

@@ -43,6 +43,22 @@ pub struct RoundResult {
     pub host_busy: bool,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Test switch: go on refreshing after the fleet slot can no longer be
+    /// proven (what the guard below prevents).
+    static IGNORE_LOST_SLOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the round may go on under `ticket` (no fleet: always).
+fn slot_proven(ticket: Option<&Ticket>) -> bool {
+    #[cfg(test)]
+    if IGNORE_LOST_SLOT.with(std::cell::Cell::get) {
+        return true;
+    }
+    ticket.is_none_or(Ticket::holds)
+}
+
 /// Why a round stops between files.
 fn must_stop(
     shared: &Shared,
@@ -54,7 +70,7 @@ fn must_stop(
     if shared.stopping() || cell.paused.load(Ordering::Relaxed) {
         return true;
     }
-    if ticket.is_some_and(|t| !t.holds()) {
+    if !slot_proven(ticket) {
         tracing::warn!("the fleet slot is not held any more: the refresh stops here");
         result.slot_lost = true;
         return true;
@@ -140,11 +156,7 @@ pub fn run(
             ..RoundResult::default()
         };
     }
-    let stop = || {
-        shared.stopping()
-            || cell.paused.load(Ordering::Relaxed)
-            || ticket.is_some_and(|t| !t.holds())
-    };
+    let stop = || shared.stopping() || cell.paused.load(Ordering::Relaxed) || !slot_proven(ticket);
     let cfg = shared.config();
     let controller = shared.controller_permits(&cell.controller);
     let per_controller = cfg.max_active_per_controller.unwrap_or(usize::MAX);
@@ -256,7 +268,7 @@ pub fn run(
         "refresh ends"
     );
     // A slot lost mid-file shows as an interrupted file.
-    result.slot_lost |= ticket.is_some_and(|t| !t.holds());
+    result.slot_lost |= !slot_proven(ticket);
     RoundResult {
         finished,
         refreshed: round.refreshed,
@@ -322,7 +334,7 @@ impl Round<'_> {
             match rx.recv_timeout(Duration::from_millis(500)) {
                 Ok(r) => return r,
                 Err(RecvTimeoutError::Timeout) => {
-                    if self.ticket.is_some_and(|t| !t.holds()) {
+                    if !slot_proven(self.ticket) {
                         // The slot cannot be proven held (even if the
                         // session has not said so yet): stop the file.
                         self.cell.cancel.store(true, Ordering::Relaxed);
@@ -402,3 +414,7 @@ impl Round<'_> {
         true
     }
 }
+
+#[cfg(test)]
+#[path = "round_tests.rs"]
+mod tests;

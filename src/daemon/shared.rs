@@ -161,7 +161,8 @@ pub struct DriveStatus {
     /// What the last `refreshctl now` did, in one line.
     pub last_request: Option<String>,
     /// Why a wanted refresh is not running now: "budget" (the daily budget
-    /// is spent: it continues the next UTC day), "window", "paused".
+    /// is spent: it continues the next UTC day), "window", "paused", and
+    /// with a fleet "host", "health", "slot", "etcd".
     pub waiting: Option<&'static str>,
     /// `now` requests received and completed (for `--wait`).
     pub requests: u64,

@@ -85,7 +85,10 @@ pub struct SlotReply {
 pub struct DriveStatusReply {
     pub device: String,
     pub state: HealthState,
-    /// Why a wanted refresh waits: "budget", "window", "paused".
+    /// Why a wanted refresh waits: "budget", "window", "paused"; with
+    /// `[coordination]` also "host" (the host's other drives), "health"
+    /// (the health gate said no), "slot" (queued in the group), "etcd"
+    /// (no session, or the group is refused).
     pub waiting: Option<String>,
     /// What the host sees about a slow drive.
     #[serde(default)]
