@@ -956,3 +956,63 @@ fn closed_window(now: i64) -> String {
         end % 60
     )
 }
+
+/// TLS to etcd with client certificates: check-config and the daemon
+/// connect with the right CA and certificate; with another CA, or with no
+/// client certificate, check-config says why and the daemon refreshes
+/// nothing.
+#[test]
+fn privileged_fleet_over_tls_with_client_certificates() {
+    if !have_etcd("privileged_fleet_over_tls_with_client_certificates") {
+        return;
+    }
+    let etcd = Etcd::start_tls();
+    let certs = etcd.tls.clone().unwrap();
+    let tls = |ca: &str, client: bool| {
+        let mut s = format!("ca_file = \"{}\"\n", certs.join(ca).display());
+        if client {
+            s += &format!(
+                "cert_file = \"{}\"\nkey_file = \"{}\"\n",
+                certs.join("client.pem").display(),
+                certs.join("client.key").display()
+            );
+        }
+        s
+    };
+    let m = member("a", &etcd.endpoint(), 1, 1, 16, &tls("ca.pem", true));
+    let (code, out) = check_config(&m.cfg);
+    assert_eq!(code, 0, "{out}");
+    for (ca, client, why, says) in [
+        ("other-ca.pem", true, "another CA", "UnknownIssuer"),
+        (
+            "ca.pem",
+            false,
+            "no client certificate",
+            "set cert_file and key_file",
+        ),
+    ] {
+        let section = coordination(&etcd.endpoint(), "shard-7", "a", 1, &tls(ca, client));
+        let cfg = fleet_config(m.tmp.path(), &m.fs_tree(), m.port, SLOW, &section);
+        let (code, out) = check_config(&cfg);
+        assert_eq!(code, 1, "{why}: {out}");
+        assert!(
+            out.contains(&format!("etcd ({})", etcd.endpoint())),
+            "{why}: {out}"
+        );
+        assert!(out.contains(says), "{why}: {out}");
+    }
+    // The daemon with the right ones refreshes under its slot.
+    let section = coordination(&etcd.endpoint(), "shard-7", "a", 1, &tls("ca.pem", true));
+    fleet_config(m.tmp.path(), &m.fs_tree(), m.port, SLOW, &section);
+    let d = m.start();
+    force(&d);
+    wait_all(
+        "the refresh over TLS",
+        60,
+        std::slice::from_ref(&d),
+        std::slice::from_ref(&m),
+    );
+    assert!(d.log().contains("fleet slot taken"), "{}", d.log());
+    drop(d);
+    m.unchanged();
+}

@@ -39,6 +39,8 @@ pub struct Etcd {
     pub port: u16,
     peer: u16,
     args: Vec<String>,
+    /// Certificates (CA, server, client) when it serves TLS.
+    pub tls: Option<PathBuf>,
 }
 
 impl Etcd {
@@ -54,6 +56,31 @@ impl Etcd {
             port: free_port(),
             peer: free_port(),
             args: args.iter().map(|a| a.to_string()).collect(),
+            tls: None,
+        };
+        e.up();
+        e
+    }
+
+    /// Serving TLS only, with client certificates required, under a CA of
+    /// its own (in `certs`: ca.pem, server.pem/key, client.pem/key).
+    pub fn start_tls() -> Etcd {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let certs = dir.path().join("certs");
+        make_certs(&certs);
+        let file = |n: &str| certs.join(n).display().to_string();
+        let mut e = Etcd {
+            child: None,
+            dir,
+            port: free_port(),
+            peer: free_port(),
+            args: vec![
+                format!("--cert-file={}", file("server.pem")),
+                format!("--key-file={}", file("server.key")),
+                format!("--trusted-ca-file={}", file("ca.pem")),
+                "--client-cert-auth".into(),
+            ],
+            tls: Some(certs),
         };
         e.up();
         e
@@ -89,7 +116,8 @@ impl Etcd {
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Starts the member (again, on the same data), and waits until it
@@ -159,6 +187,11 @@ impl Etcd {
         if self.dir.path().join("auth").exists() {
             cmd.arg("--user=root:rootpw");
         }
+        if let Some(c) = &self.tls {
+            cmd.arg(format!("--cacert={}", c.join("ca.pem").display()))
+                .arg(format!("--cert={}", c.join("client.pem").display()))
+                .arg(format!("--key={}", c.join("client.key").display()));
+        }
         cmd.env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", self.endpoint()))
             .arg("--dial-timeout=1s")
@@ -192,6 +225,70 @@ impl Drop for Etcd {
             self.thaw();
         }
         self.down();
+    }
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate it
+/// signed, and a second CA that signed nothing here (`other-ca.pem`).
+fn make_certs(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let openssl = |args: &[&str]| {
+        run(Command::new("openssl").current_dir(dir).args(args));
+    };
+    for ca in ["ca", "other-ca"] {
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &format!("{ca}.key"),
+            "-out",
+            &format!("{ca}.pem"),
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN=refreshd test {ca}"),
+        ]);
+    }
+    for (name, ext) in [
+        (
+            "server",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        ),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ] {
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{name}.ext"),
+        ]);
     }
 }
 

@@ -15,7 +15,7 @@ use crate::units::HumanDuration;
 /// The validated `[coordination]` section.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Coordination {
-    /// `http://host:port` of etcd members (TLS is not supported yet).
+    /// `http://host:port` of etcd members, or all `https://` with `ca_file`.
     pub etcd_endpoints: Vec<String>,
     /// Drives (on any host) that hold copies of the same data.
     pub group: String,
@@ -30,6 +30,11 @@ pub struct Coordination {
     /// etcd authentication: the user, and a file holding the password.
     pub user: Option<String>,
     pub password_file: Option<PathBuf>,
+    /// TLS to etcd: the CA that signed the members' certificates, and this
+    /// host's client certificate and key (for `--client-cert-auth`).
+    pub ca_file: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
     /// Checked before a slot is taken and between files: argv of a
     /// command that exits 0 when the cluster can spare a copy.
     pub health_command: Option<Vec<String>>,
@@ -55,6 +60,9 @@ impl Default for Coordination {
             name: host_name(),
             user: None,
             password_file: None,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
             health_command: None,
             health_url: None,
             health_timeout: Duration::from_secs(10),
@@ -82,6 +90,9 @@ pub(super) const KEYS: &[&str] = &[
     "name",
     "user",
     "password_file",
+    "ca_file",
+    "cert_file",
+    "key_file",
     "health_command",
     "health_url",
     "health_timeout",
@@ -96,15 +107,21 @@ fn key_safe(s: &str) -> bool {
 }
 
 /// Why `e` is not an etcd endpoint URL, or `None`.
-fn endpoint_problem(e: &str) -> Option<String> {
+fn endpoint_problem(e: &str, tls: bool) -> Option<String> {
     let rest = match (e.strip_prefix("http://"), e.strip_prefix("https://")) {
-        (Some(r), _) => r,
-        (_, Some(_)) => {
+        (Some(r), _) if !tls => r,
+        (_, Some(r)) if tls => r,
+        (Some(_), _) => {
             return Some(format!(
-                "{e:?}: TLS to etcd is not supported yet; use http:// on a trusted network (or a local TLS proxy such as `etcd grpc-proxy`)"
+                "{e:?} is plain http but `ca_file` is set: every endpoint must be https://"
             ))
         }
-        _ => return Some(format!("{e:?} must start with http://")),
+        (_, Some(_)) => {
+            return Some(format!(
+                "{e:?} is https: name the CA that signed etcd's certificates in `ca_file`"
+            ))
+        }
+        _ => return Some(format!("{e:?} must start with http:// or https://")),
     };
     let hostport = rest.trim_end_matches('/');
     match hostport.rsplit_once(':') {
@@ -168,6 +185,7 @@ impl Parser<'_> {
     }
 
     fn coordination_keys(&mut self, t: &DeTable<'_>, c: &mut Coordination) {
+        let tls = t.iter().any(|(k, _)| k.get_ref().as_ref() == "ca_file");
         for (k, v) in t.iter() {
             let key = k.get_ref().as_ref();
             match key {
@@ -178,7 +196,7 @@ impl Parser<'_> {
                             self.problem(v.span(), "`etcd_endpoints` is empty: name at least one etcd member, like \"http://10.0.0.5:2379\"".into());
                         }
                         for e in &list {
-                            if let Some(why) = endpoint_problem(e) {
+                            if let Some(why) = endpoint_problem(e, tls) {
                                 self.problem(v.span(), format!("`etcd_endpoints`: {why}"));
                             }
                         }
@@ -229,6 +247,9 @@ impl Parser<'_> {
                 }
                 "user" => c.user = self.value(key, v),
                 "password_file" => c.password_file = self.abs_path(key, v),
+                "ca_file" => c.ca_file = self.abs_path(key, v),
+                "cert_file" => c.cert_file = self.abs_path(key, v),
+                "key_file" => c.key_file = self.abs_path(key, v),
                 "health_command" => {
                     if let Some(argv) = self.value::<Vec<String>>(key, v) {
                         if argv.first().is_some_and(|a| a.starts_with('/')) {
@@ -264,6 +285,18 @@ impl Parser<'_> {
             self.problem(
                 v.span(),
                 "[coordination]: `user` and `password_file` go together".into(),
+            );
+        }
+        if c.cert_file.is_some() != c.key_file.is_some() {
+            self.problem(
+                v.span(),
+                "[coordination]: `cert_file` and `key_file` go together".into(),
+            );
+        }
+        if c.cert_file.is_some() && c.ca_file.is_none() {
+            self.problem(
+                v.span(),
+                "[coordination]: a client certificate needs `ca_file` (TLS)".into(),
             );
         }
         if c.health_command.is_some() && c.health_url.is_some() {
@@ -341,11 +374,21 @@ mod tests {
             "{p:?}"
         );
         assert!(
-            p.iter()
-                .any(|p| p.contains("TLS to etcd is not supported yet")),
+            p.iter().any(|p| p.contains("is https: name the CA")),
             "{p:?}"
         );
         assert!(p.iter().any(|p| p.contains("needs `group`")), "{p:?}");
+        let p = problems("etcd_endpoints = [\"http://e:2379\"]\ngroup = \"g\"\nca_file = \"/ca.pem\"\ncert_file = \"/c.pem\"\n");
+        assert!(
+            p.iter()
+                .any(|p| p.contains("is plain http but `ca_file` is set")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter()
+                .any(|p| p.contains("`cert_file` and `key_file` go together")),
+            "{p:?}"
+        );
         let p = problems("etcd_endpoints = [\"http://e:2379\"]\ngroup = \"g\"\nlease_ttl = \"1s\"\nuser = \"u\"\nhealth_command = [\"curl\"]\nfoo = 1\n");
         assert!(
             p.iter()

@@ -110,8 +110,41 @@ fn describe(e: &etcd_client::Error) -> String {
                 msg.to_string()
             }
         }
-        other => other.to_string(),
+        other => {
+            // The transport's own message is often generic ("operation was
+            // canceled"); the cause (a TLS alert, a refused connection) is
+            // further down.
+            let mut msg = other.to_string();
+            let mut cause = std::error::Error::source(other);
+            while let Some(c) = cause {
+                let m = c.to_string();
+                if !msg.contains(&m) {
+                    msg = format!("{msg}: {m}");
+                }
+                cause = c.source();
+            }
+            msg
+        }
     }
+}
+
+/// TLS to etcd, with `ca_file` (and a client certificate if given).
+fn tls_options(cfg: &Coordination) -> Result<Option<etcd_client::TlsOptions>, String> {
+    let Some(ca) = &cfg.ca_file else {
+        return Ok(None);
+    };
+    let read = |p: &Path, what: &str| {
+        std::fs::read(p).map_err(|e| format!("reading {what} {}: {e}", p.display()))
+    };
+    let mut tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(read(ca, "ca_file")?));
+    if let (Some(cert), Some(key)) = (&cfg.cert_file, &cfg.key_file) {
+        tls = tls.identity(etcd_client::Identity::from_pem(
+            read(cert, "cert_file")?,
+            read(key, "key_file")?,
+        ));
+    }
+    Ok(Some(tls))
 }
 
 /// One session: a client and a lease kept alive.
@@ -128,6 +161,16 @@ struct Session {
 
 impl Session {
     async fn open(cfg: &Coordination) -> Result<Session, String> {
+        Session::connect(cfg).await.map_err(|why| {
+            if cfg.ca_file.is_some() && cfg.cert_file.is_none() && !why.contains("certificate") {
+                format!("{why} (if etcd runs with --client-cert-auth, set cert_file and key_file)")
+            } else {
+                why
+            }
+        })
+    }
+
+    async fn connect(cfg: &Coordination) -> Result<Session, String> {
         let timeout = (cfg.lease_ttl / 3).min(Duration::from_secs(2));
         // An expired auth token (etcd's simple tokens live 5 minutes by
         // default) is renewed by the client, not taken for a lost session.
@@ -139,6 +182,9 @@ impl Session {
             let pw = std::fs::read_to_string(file)
                 .map_err(|e| format!("reading password_file {}: {e}", file.display()))?;
             opts = opts.with_user(user.clone(), pw.trim_end_matches(['\n', '\r']).to_string());
+        }
+        if let Some(tls) = tls_options(cfg)? {
+            opts = opts.with_tls(tls);
         }
         let connect = Client::connect(&cfg.etcd_endpoints, Some(opts));
         let mut client = tokio::time::timeout(timeout * 2, connect)
