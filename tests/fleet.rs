@@ -1016,3 +1016,76 @@ fn privileged_fleet_over_tls_with_client_certificates() {
     drop(d);
     m.unchanged();
 }
+
+/// A member of the etcd cluster is down: the client uses the others.
+#[test]
+fn privileged_fleet_one_endpoint_down_of_two() {
+    if !have_etcd("privileged_fleet_one_endpoint_down_of_two") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let endpoints = format!("{}\", \"{}", closed_endpoint(), etcd.endpoint());
+    let m = member("a", &endpoints, 1, 1, 16, "");
+    let (code, out) = check_config(&m.cfg);
+    assert_eq!(code, 0, "{out}");
+    let d = m.start();
+    force(&d);
+    wait_all(
+        "the refresh",
+        60,
+        std::slice::from_ref(&d),
+        std::slice::from_ref(&m),
+    );
+    drop(d);
+    m.unchanged();
+}
+
+/// A three-member etcd cluster loses a member mid-refresh (whichever: the
+/// one the holder talks to, or another): the refreshes finish, one at a
+/// time, every byte refreshed once.
+#[test]
+fn privileged_fleet_a_cluster_member_dies_mid_refresh() {
+    if !have_etcd("privileged_fleet_a_cluster_member_dies_mid_refresh") {
+        return;
+    }
+    let mut cluster = Etcd::cluster(3);
+    let endpoints = cluster
+        .iter()
+        .map(Etcd::endpoint)
+        .collect::<Vec<_>>()
+        .join("\", \"");
+    let members = [
+        member("a", &endpoints, 1, 1, 48, ""),
+        member("b", &endpoints, 1, 1, 48, ""),
+    ];
+    let daemons: Vec<Daemon> = members.iter().map(Member::start).collect();
+    for d in &daemons {
+        force(d);
+    }
+    let t = Instant::now();
+    while !daemons
+        .iter()
+        .any(|d| in_progress(d) && bytes_done(d) >= 8 << 20)
+    {
+        assert!(t.elapsed() < Duration::from_secs(30), "nobody started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A daemon's first session is with the first endpoint: both lose it,
+    // and go on with another member (quorum: two of three stand).
+    cluster[0].down();
+    wait_all("both refreshed", 120, &daemons, &members);
+    assert!(
+        daemons
+            .iter()
+            .all(|d| d.log().contains("etcd session lost")),
+        "the dead member was the one they talked to"
+    );
+    for (d, m) in daemons.iter().zip(&members) {
+        assert_eq!(refreshed(d), m.bytes(), "{}", d.log());
+    }
+    assert_eq!(most_at_once(&daemons), 1, "one at a time");
+    drop(daemons);
+    for m in &members {
+        m.unchanged();
+    }
+}

@@ -41,6 +41,9 @@ pub struct Etcd {
     args: Vec<String>,
     /// Certificates (CA, server, client) when it serves TLS.
     pub tls: Option<PathBuf>,
+    /// Its name and `--initial-cluster` (one member by default).
+    name: String,
+    cluster: Option<String>,
 }
 
 impl Etcd {
@@ -57,9 +60,40 @@ impl Etcd {
             peer: free_port(),
             args: args.iter().map(|a| a.to_string()).collect(),
             tls: None,
+            name: "t".into(),
+            cluster: None,
         };
         e.up();
         e
+    }
+
+    /// A cluster of `n` members, all answering.
+    pub fn cluster(n: usize) -> Vec<Etcd> {
+        let mut members: Vec<Etcd> = (0..n)
+            .map(|i| Etcd {
+                child: None,
+                dir: tempfile::tempdir_in("/var/tmp").unwrap(),
+                port: free_port(),
+                peer: free_port(),
+                args: vec![],
+                tls: None,
+                name: format!("m{i}"),
+                cluster: None,
+            })
+            .collect();
+        let cluster = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        for m in &mut members {
+            m.cluster = Some(cluster.clone());
+            m.spawn();
+        }
+        for m in &members {
+            m.wait_healthy();
+        }
+        members
     }
 
     /// Serving TLS only, with client certificates required, under a CA of
@@ -81,6 +115,8 @@ impl Etcd {
                 "--client-cert-auth".into(),
             ],
             tls: Some(certs),
+            name: "t".into(),
+            cluster: None,
         };
         e.up();
         e
@@ -123,6 +159,11 @@ impl Etcd {
     /// Starts the member (again, on the same data), and waits until it
     /// answers.
     pub fn up(&mut self) {
+        self.spawn();
+        self.wait_healthy();
+    }
+
+    fn spawn(&mut self) {
         assert!(self.child.is_none(), "already running");
         let peer = format!("http://127.0.0.1:{}", self.peer);
         let log = std::fs::OpenOptions::new()
@@ -130,8 +171,12 @@ impl Etcd {
             .append(true)
             .open(self.dir.path().join("etcd.log"))
             .unwrap();
+        let cluster = self
+            .cluster
+            .clone()
+            .unwrap_or_else(|| format!("{}={peer}", self.name));
         let child = Command::new("/usr/bin/etcd")
-            .arg("--name=t")
+            .arg(format!("--name={}", self.name))
             .arg(format!(
                 "--data-dir={}",
                 self.dir.path().join("data").display()
@@ -140,13 +185,16 @@ impl Etcd {
             .arg(format!("--advertise-client-urls={}", self.endpoint()))
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=t={peer}"))
+            .arg(format!("--initial-cluster={cluster}"))
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .unwrap();
         self.child = Some(child);
+    }
+
+    fn wait_healthy(&self) {
         let t = Instant::now();
         while !self.ctl(&["endpoint", "health"]).status.success() {
             assert!(

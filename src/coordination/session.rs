@@ -170,7 +170,28 @@ impl Session {
         })
     }
 
+    /// A session with the first endpoint that works, starting one further
+    /// each time: the client's balancer sends requests to a member that is
+    /// down as well, so one dead member would fail every session.
     async fn connect(cfg: &Coordination) -> Result<Session, String> {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = cfg.etcd_endpoints.len().max(1);
+        let first = NEXT.fetch_add(1, Ordering::Relaxed) % n;
+        let mut errors = vec![];
+        for i in 0..n {
+            let Some(endpoint) = cfg.etcd_endpoints.get((first + i) % n) else {
+                break;
+            };
+            match Session::connect_to(cfg, endpoint).await {
+                Ok(s) => return Ok(s),
+                Err(why) if n == 1 => return Err(why),
+                Err(why) => errors.push(format!("{endpoint}: {why}")),
+            }
+        }
+        Err(errors.join("; "))
+    }
+
+    async fn connect_to(cfg: &Coordination, endpoint: &str) -> Result<Session, String> {
         let timeout = (cfg.lease_ttl / 3).min(Duration::from_secs(2));
         // An expired auth token (etcd's simple tokens live 5 minutes by
         // default) is renewed by the client, not taken for a lost session.
@@ -186,7 +207,7 @@ impl Session {
         if let Some(tls) = tls_options(cfg)? {
             opts = opts.with_tls(tls);
         }
-        let connect = Client::connect(&cfg.etcd_endpoints, Some(opts));
+        let connect = Client::connect([endpoint], Some(opts));
         let mut client = tokio::time::timeout(timeout * 2, connect)
             .await
             .map_err(|_| "connecting timed out".to_string())?
