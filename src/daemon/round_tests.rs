@@ -108,3 +108,36 @@ fn with_the_guard_off_the_round_writes_past_the_proof() {
     assert_eq!(checkpoint, 0);
     assert_untouched(&rec, &data, mtime);
 }
+
+#[test]
+fn a_closed_window_stops_the_round_between_files() {
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
+    let dir = tmp.path();
+    let (store, rec, data, mtime) = stale_tree(dir);
+    let cell = Arc::new(DriveCell::new("test0".into(), vec![], vec![dir.join("tree")]));
+    let cfg = Config {
+        state_dir: dir.join("state"),
+        ..Config::default()
+    };
+    let shared: Arc<Shared> = Shared::for_tests(cfg, vec![cell.clone()], &dir.join("journal"));
+    // A one-minute window twelve hours away from now.
+    let now = super::super::worker::local_minute();
+    let start = (now + 720) % 1440;
+    let window = format!(
+        "{:02}:{:02}-{:02}:{:02}",
+        start / 60,
+        start % 60,
+        (start + 1) % 1440 / 60,
+        (start + 1) % 60
+    );
+    let s = Settings {
+        window: window.parse().unwrap_or_else(|e| panic!("{e}")),
+        yield_mode: YieldMode::Off,
+        min_free: 0,
+        ..Settings::default()
+    };
+    let r = super::run(&shared, &cell, &store, &s, true, None, None);
+    assert!(r.left_window && !r.finished, "{r:?}");
+    assert!(r.refreshed.is_empty());
+    assert_untouched(&rec, &data, mtime);
+}
