@@ -37,7 +37,10 @@ pub use session::{probe, start};
 /// Where a drive's request for a slot stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlotState {
-    /// Not in etcd's queue yet (connecting, or between two sessions).
+    /// Being put in etcd's queue.
+    Queueing,
+    /// Not in etcd's queue: no session (connecting, between two
+    /// sessions), or the group is refused; why.
     Unavailable(String),
     /// In the queue; `ahead`: keys before it beyond the free slots.
     Waiting { ahead: usize },
@@ -78,6 +81,7 @@ impl TicketShared {
                 Some("the lease was not renewed in time".to_string()),
             ),
             SlotState::Waiting { ahead } => ("waiting", Some(*ahead as u64), None),
+            SlotState::Queueing => ("waiting", None, None),
             SlotState::Unavailable(why) => ("unavailable", None, Some(why.clone())),
         };
         SlotReply {
@@ -181,14 +185,17 @@ impl Fleet {
     pub fn queue(self: &Arc<Self>, device: &str, group: &str, cancel: Arc<AtomicBool>) -> Ticket {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut st = self.lock();
-        let why = st.error.clone().unwrap_or_else(|| "queueing".into());
+        let state = match (&st.error, st.refused.get(group)) {
+            (Some(e), _) | (None, Some(e)) => SlotState::Unavailable(e.clone()),
+            (None, None) => SlotState::Queueing,
+        };
         let shared = Arc::new(TicketShared {
             device: device.to_string(),
             group: group.to_string(),
             cancel,
             queued_at: Instant::now(),
             inner: Mutex::new(TicketInner {
-                state: SlotState::Unavailable(why),
+                state,
                 key: None,
                 held_since: None,
             }),

@@ -114,7 +114,11 @@ fn a_closed_window_stops_the_round_between_files() {
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
     let dir = tmp.path();
     let (store, rec, data, mtime) = stale_tree(dir);
-    let cell = Arc::new(DriveCell::new("test0".into(), vec![], vec![dir.join("tree")]));
+    let cell = Arc::new(DriveCell::new(
+        "test0".into(),
+        vec![],
+        vec![dir.join("tree")],
+    ));
     let cfg = Config {
         state_dir: dir.join("state"),
         ..Config::default()

@@ -51,6 +51,8 @@ struct Loop {
     budget_until: Option<Instant>,
     /// Its fleet slot (with `[coordination]`).
     slot: super::slot::SlotKeeper,
+    /// Why a request waits, as last shown in the drive's `error`.
+    noted: Option<&'static str>,
 }
 
 /// What a `refreshctl now` did, in one line (shown by `--wait`).
@@ -115,6 +117,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         refresh_not_before: now,
         budget_until: None,
         slot: super::slot::SlotKeeper::default(),
+        noted: None,
     };
     loop {
         let s = settings_for(&shared, &cell);
@@ -162,7 +165,16 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             _ if !in_window => Some("window"),
             _ => slot_wait.map(|(word, _)| word),
         };
-        match next_step(&view) {
+        let step = next_step(&view);
+        show_wait(
+            &cell,
+            &mut l.noted,
+            match &step {
+                Step::Wait { why, .. } => *why,
+                _ => None,
+            },
+        );
+        match step {
             Step::Stop => return,
             Step::Scan => {
                 if request.is_some() {
@@ -249,14 +261,26 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                 l.req = Request::default();
                 l.req_done = (0, 0);
             }
-            Step::Wait { at_most, why } => {
-                let mut st = cell.lock();
-                if let Some(why) = why {
-                    st.error = Some(why.into());
-                }
+            Step::Wait { at_most, .. } => {
+                let st = cell.lock();
                 let _ = cell.wake.wait_timeout(st, at_most);
             }
         }
+    }
+}
+
+/// Shows why a request waits in the drive's `error`, and takes the note
+/// back once it no longer holds (unless something else replaced it).
+fn show_wait(cell: &DriveCell, noted: &mut Option<&'static str>, why: Option<&'static str>) {
+    let mut st = cell.lock();
+    if let Some(old) = noted.take() {
+        if st.error.as_deref() == Some(old) {
+            st.error = None;
+        }
+    }
+    if let Some(w) = why {
+        st.error = Some(w.into());
+        *noted = Some(w);
     }
 }
 
