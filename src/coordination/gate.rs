@@ -62,35 +62,37 @@ pub fn check(cfg: &Coordination) -> Result<(), String> {
 }
 
 fn command(argv: &[String], timeout: Duration) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
     let Some((prog, args)) = argv.split_first() else {
         return Ok(());
     };
+    // Its own process group: a timeout kills what it started too (curl
+    // under a shell), not only the shell.
     let mut child = Command::new(prog)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
         .map_err(|e| format!("health_command {prog}: {e}"))?;
+    // Read on a thread: a process it left behind may keep the pipe open
+    // long after it answered.
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(mut e) = child.stderr.take() {
+        std::thread::spawn(move || {
+            let mut err = String::new();
+            let _ = e.read_to_string(&mut err);
+            let _ = tx.send(err);
+        });
+    }
     let t = Instant::now();
-    loop {
+    let status = loop {
         match child.try_wait() {
-            Ok(Some(status)) if status.success() => return Ok(()),
-            Ok(Some(status)) => {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                let err = err.trim();
-                let err = if err.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", tail(err))
-                };
-                return Err(format!("health_command {prog} {status}{err}"));
-            }
+            Ok(Some(status)) => break status,
             Ok(None) if t.elapsed() >= timeout => {
-                let _ = child.kill();
+                let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
                 let _ = child.wait();
                 return Err(format!(
                     "health_command {prog} did not answer within {timeout:?}"
@@ -99,7 +101,20 @@ fn command(argv: &[String], timeout: Duration) -> Result<(), String> {
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => return Err(format!("health_command {prog}: {e}")),
         }
+    };
+    if status.success() {
+        return Ok(());
     }
+    let err = rx
+        .recv_timeout(Duration::from_millis(100))
+        .unwrap_or_default();
+    let err = err.trim();
+    let err = if err.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", tail(err))
+    };
+    Err(format!("health_command {prog} {status}{err}"))
 }
 
 /// The last 200 characters of a message.
@@ -121,11 +136,12 @@ fn http(url: &str, timeout: Duration) -> Result<(), String> {
         .ok_or_else(|| format!("health_url {url}: no address"))?;
     let mut s =
         TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("health_url {url}: {e}"))?;
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1));
-    let _ = s.set_read_timeout(Some(left));
-    let _ = s.set_write_timeout(Some(left));
+    let left = || {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    };
+    let _ = s.set_write_timeout(Some(left()));
     write!(
         s,
         "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: refreshd\r\nConnection: close\r\n\r\n",
@@ -135,6 +151,12 @@ fn http(url: &str, timeout: Duration) -> Result<(), String> {
     let mut head = [0u8; 64];
     let mut n = 0;
     while n < 12 {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "health_url {url} did not answer within {timeout:?}"
+            ));
+        }
+        let _ = s.set_read_timeout(Some(left()));
         match s.read(&mut head[n..]) {
             Ok(0) => break,
             Ok(k) => n += k,
@@ -182,6 +204,22 @@ mod tests {
         );
         let missing = check(&with_command(&["/nonexistent/gate"]));
         assert!(missing.is_err());
+        // What it leaves behind keeps its stderr open: the answer counts.
+        let t = Instant::now();
+        let left = check(&with_command(&["/bin/sh", "-c", "sleep 5 & exit 1"]));
+        assert!(
+            left.is_err() && t.elapsed() < Duration::from_secs(2),
+            "{left:?} after {:?}",
+            t.elapsed()
+        );
+        // A timeout kills what the command started too.
+        let t = Instant::now();
+        let slow = check(&with_command(&["/bin/sh", "-c", "sleep 5; true"]));
+        assert!(
+            slow.is_err() && t.elapsed() < Duration::from_secs(2),
+            "{slow:?} after {:?}",
+            t.elapsed()
+        );
         assert_eq!(check(&Coordination::default()), Ok(()), "no gate: yes");
     }
 
