@@ -1089,3 +1089,63 @@ fn privileged_fleet_a_cluster_member_dies_mid_refresh() {
         m.unchanged();
     }
 }
+
+/// A daemon that stops cleanly (SIGTERM) revokes its lease: the next drive
+/// starts at once, not a lease_ttl later; the file it was on is
+/// checkpointed and resumed at its next start.
+#[test]
+fn privileged_fleet_a_clean_stop_frees_the_slot_at_once() {
+    if !have_etcd("privileged_fleet_a_clean_stop_frees_the_slot_at_once") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let members = [
+        member("a", &etcd.endpoint(), 1, 1, 48, ""),
+        member("b", &etcd.endpoint(), 1, 1, 16, ""),
+    ];
+    let mut da = members[0].start();
+    let db = members[1].start();
+    force(&da);
+    da.wait_for("a refreshing", 30, |d| {
+        in_progress(d) && bytes_done(d) >= 8 << 20
+    });
+    force(&db);
+    db.wait_for("b waiting", 30, |d| {
+        d.status()["slot"]["state"] == "waiting"
+    });
+    signal(&da, nix::sys::signal::Signal::SIGTERM);
+    let stopped = Instant::now();
+    da.child.wait().unwrap();
+    db.wait_for("b starts", 10, in_progress);
+    let took = stopped.elapsed();
+    eprintln!("b started {took:?} after a was told to stop (lease_ttl 5 s)");
+    assert!(
+        took < Duration::from_secs(4),
+        "{took:?}: a's lease was not revoked"
+    );
+    assert!(
+        da.log().contains("left the fleet: lease revoked"),
+        "{}",
+        da.log()
+    );
+    assert!(!members[0]
+        .tmp
+        .path()
+        .join("state/coordination.lease")
+        .exists());
+    wait_all("b refreshed", 60, std::slice::from_ref(&db), &members[1..]);
+    drop(db);
+    let da = members[0].start();
+    force(&da);
+    da.wait_for("a finished", 60, |d| {
+        let st = d.status();
+        st["refresh"].is_null() && st["last_refresh"].is_i64() && st["stale_bytes"] == 0
+    });
+    let log = da.log();
+    let skip = resumed_at(&log).unwrap_or_else(|| panic!("no resume:\n{log}"));
+    assert_eq!(refreshed(&da), (48 << 20) - skip, "only the rest rewritten");
+    drop(da);
+    for m in &members {
+        m.unchanged();
+    }
+}

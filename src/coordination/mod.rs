@@ -150,6 +150,10 @@ pub struct Fleet {
     next_id: AtomicU64,
     /// Slot waits and losses, for the metrics.
     pub events: FleetCounters,
+    /// The daemon stops: revoke the lease (free every slot now).
+    leaving: AtomicBool,
+    /// The session has revoked it.
+    left: tokio::sync::Notify,
 }
 
 /// Counters the metrics read.
@@ -172,7 +176,23 @@ impl Fleet {
             wake: tokio::sync::Notify::new(),
             next_id: AtomicU64::new(1),
             events: FleetCounters::default(),
+            leaving: AtomicBool::new(false),
+            left: tokio::sync::Notify::new(),
         })
+    }
+
+    /// At shutdown: the session revokes its lease, so that the slots this
+    /// daemon held are free at once rather than after `lease_ttl`. Waits
+    /// for that at most `within`.
+    pub async fn leave(&self, within: Duration) {
+        self.leaving.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+        if tokio::time::timeout(within, self.left.notified())
+            .await
+            .is_err()
+        {
+            tracing::warn!("could not revoke the etcd lease in time: its slots free themselves within lease_ttl");
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FleetState> {

@@ -77,10 +77,21 @@ async fn run(fleet: Arc<Fleet>, lease_file: PathBuf) {
                 fleet.connected();
                 backoff = Duration::from_secs(1);
                 let why = s.serve(&fleet).await;
+                if fleet.leaving.load(Ordering::Relaxed) {
+                    let _ = tokio::time::timeout(s.timeout, s.client.lease_revoke(s.lease)).await;
+                    let _ = std::fs::remove_file(&lease_file);
+                    tracing::info!("left the fleet: lease revoked");
+                    fleet.left.notify_one();
+                    return;
+                }
                 fleet.events.sessions_lost.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("etcd session lost: {why}");
                 fleet.disconnected(&format!("etcd session lost: {why}"));
                 old_lease = Some(s.lease);
+            }
+            Err(_) if fleet.leaving.load(Ordering::Relaxed) => {
+                fleet.left.notify_one();
+                return;
             }
             Err(why) => {
                 fleet.events.connect_errors.fetch_add(1, Ordering::Relaxed);
@@ -95,7 +106,14 @@ async fn run(fleet: Arc<Fleet>, lease_file: PathBuf) {
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         }
-        tokio::time::sleep(backoff).await;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = fleet.wake.notified() => {}
+        }
+        if fleet.leaving.load(Ordering::Relaxed) {
+            fleet.left.notify_one();
+            return;
+        }
     }
 }
 
@@ -234,6 +252,9 @@ impl Session {
         let mut next_keepalive = Instant::now();
         let mut until = Instant::now();
         loop {
+            if fleet.leaving.load(Ordering::Relaxed) {
+                return "leaving".into();
+            }
             if Instant::now() >= next_keepalive {
                 let sent = Instant::now();
                 match self.keep_alive().await {

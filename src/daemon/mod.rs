@@ -232,6 +232,10 @@ async fn serve(shared: Arc<Shared>, cfg: Config, stop: Stop) -> Result<()> {
             tracing::warn!("a drive worker did not stop in time; exiting anyway");
         }
     }
+    if let Some(f) = &shared.fleet {
+        // The workers are done: free this host's slots now.
+        f.leave(Duration::from_secs(2)).await;
+    }
     control_task.abort();
     if let Some(t) = metrics_task {
         t.abort();
