@@ -440,13 +440,26 @@ pub fn wait(
             if d.completed < r.request {
                 all_done = false;
             }
-            if let (Some(pb), Some(p)) = (&bar, &d.refresh) {
-                pb.set_length(p.bytes_total);
-                pb.set_position(p.bytes_done);
-                pb.set_message(format!(
-                    "{} {}/{} files",
-                    r.device, p.files_done, p.files_total
-                ));
+            match (&bar, &d.refresh, &d.waiting) {
+                (Some(pb), Some(p), _) => {
+                    pb.set_length(p.bytes_total);
+                    pb.set_position(p.bytes_done);
+                    pb.set_message(format!(
+                        "{} {}/{} files",
+                        r.device, p.files_done, p.files_total
+                    ));
+                }
+                // Not started: say what it waits for (a fleet slot, …).
+                (Some(pb), None, Some(w)) => {
+                    let slot = d.slot.as_ref().map(slot_line);
+                    pb.set_message(format!(
+                        "{} waits ({w}){}",
+                        r.device,
+                        slot.map_or(String::new(), |l| format!(": {l}"))
+                    ));
+                    pb.tick();
+                }
+                _ => {}
             }
         }
         if all_done {
