@@ -84,6 +84,18 @@ fn force(d: &Daemon) {
     assert_eq!(code, 0, "{err}");
 }
 
+/// Waits until `d` has refreshed all of `m`, stops it, checks every file.
+fn finish(d: Daemon, m: &Member, what: &str, secs: u64) {
+    wait_all(
+        what,
+        secs,
+        std::slice::from_ref(&d),
+        std::slice::from_ref(m),
+    );
+    drop(d);
+    m.unchanged();
+}
+
 fn all_done(daemons: &[Daemon], members: &[Member]) -> bool {
     daemons
         .iter()
@@ -532,14 +544,7 @@ fn privileged_fleet_the_health_gate_holds_refreshes_back_and_between_files() {
         ) >= Some(2.0)
     );
     std::fs::write(&flag, b"").unwrap();
-    wait_all(
-        "the rest refreshed",
-        60,
-        std::slice::from_ref(&d),
-        std::slice::from_ref(&m),
-    );
-    drop(d);
-    m.unchanged();
+    finish(d, &m, "the rest refreshed", 60);
 }
 
 /// The first scenario on emulated aging SSDs: three daemons whose
@@ -1030,14 +1035,7 @@ fn privileged_fleet_one_endpoint_down_of_two() {
     assert_eq!(code, 0, "{out}");
     let d = m.start();
     force(&d);
-    wait_all(
-        "the refresh",
-        60,
-        std::slice::from_ref(&d),
-        std::slice::from_ref(&m),
-    );
-    drop(d);
-    m.unchanged();
+    finish(d, &m, "the refresh", 60);
 }
 
 /// A three-member etcd cluster loses a member mid-refresh (whichever: the
