@@ -758,6 +758,12 @@ fn privileged_fleet_groups_agree_and_trees_name_their_group() {
         );
     let section = coordination(&etcd.endpoint(), "shard-7", "c", 1, "");
     std::fs::write(&cfg, format!("max_active_drives = 2\n{text}{section}")).unwrap();
+    let (code, out) = check_config(&cfg);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("names group shard-9: a drive refreshes under one group"),
+        "{out}"
+    );
     let dc = Daemon::start(tmp.path(), &cfg, port);
     let (_, drives, _) = dc.ctl(&["drives"]);
     assert!(

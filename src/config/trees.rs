@@ -72,6 +72,40 @@ pub fn state_dir_problem(dir: &Path) -> Option<String> {
     }
 }
 
+/// Trees on one drive that name different fleet groups (a drive refreshes
+/// under one group): the later ones, with their position.
+fn group_clashes(cfg: &Config) -> Vec<((usize, usize), String)> {
+    let Some(default) = cfg.coordination.as_ref().map(|c| c.group.as_str()) else {
+        return vec![];
+    };
+    let mut seen: Vec<(String, &Path, &str)> = vec![];
+    let mut out = vec![];
+    for p in &cfg.paths {
+        let Ok(drives) = crate::drive::drives_of(&p.path) else {
+            continue;
+        };
+        let label = drives
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>()
+            .join("+");
+        let group = p.group.as_deref().unwrap_or(default);
+        match seen.iter().find(|(l, _, _)| *l == label) {
+            Some((_, first, g)) if *g != group => out.push((
+                p.at,
+                format!(
+                    "tree {} is on drive {label} with {} (group {g}) but names group {group}: a drive refreshes under one group",
+                    p.path.display(),
+                    first.display()
+                ),
+            )),
+            Some(_) => {}
+            None => seen.push((label, &p.path, group)),
+        }
+    }
+    out
+}
+
 /// Every problem on this machine, at the line and column of its key.
 pub fn check(cfg: &Config) -> Vec<Problem> {
     let file = cfg
@@ -92,6 +126,9 @@ pub fn check(cfg: &Config) -> Vec<Problem> {
         if let Some(m) = tree_problem(&p.path) {
             out.push(at(p.at, m));
         }
+    }
+    for (p, m) in group_clashes(cfg) {
+        out.push(at(p, m));
     }
     #[cfg(feature = "fleet")]
     if let Some(c) = &cfg.coordination {
