@@ -229,11 +229,16 @@ mod tests {
         let serve = |status: &'static str| {
             let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
             let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
+            // Answers our request only: another test's probe of a port it
+            // thought free may land here first.
             std::thread::spawn(move || {
-                if let Ok((mut s, _)) = l.accept() {
+                while let Ok((mut s, _)) = l.accept() {
                     let mut buf = [0u8; 1024];
-                    let _ = s.read(&mut buf);
-                    let _ = write!(s, "HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+                    let n = s.read(&mut buf).unwrap_or(0);
+                    if buf[..n].starts_with(b"GET /_cluster/health") {
+                        let _ = write!(s, "HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+                        return;
+                    }
                 }
             });
             Coordination {
@@ -248,8 +253,8 @@ mod tests {
             no.as_ref().is_err_and(|e| e.contains("answered 503")),
             "{no:?}"
         );
-        let port = crate::coordination::gate::tests::closed_port();
-        let refused = http(&format!("http://127.0.0.1:{port}/"), Duration::from_secs(1));
+        // Port 1 on loopback: nothing listens there.
+        let refused = http("http://127.0.0.1:1/", Duration::from_secs(1));
         assert!(refused.is_err());
         assert!(HttpUrl::parse("https://x/").is_err());
         assert_eq!(
@@ -260,10 +265,5 @@ mod tests {
                 path: "/_cluster/health?wait_for_status=green".into()
             })
         );
-    }
-
-    fn closed_port() -> u16 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
-        l.local_addr().map(|a| a.port()).unwrap_or(1)
     }
 }

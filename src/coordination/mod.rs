@@ -390,6 +390,19 @@ impl Drop for Ticket {
     }
 }
 
+/// Records that `t`'s key is in etcd now. A ticket dropped while its key
+/// was being put left nothing to delete: the key goes to `released`, or it
+/// would hold a place (or a slot) for nobody as long as the lease lives.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+fn record_put(fleet: &Fleet, t: &Arc<TicketShared>, key: String) {
+    let mut st = fleet.lock();
+    if st.tickets.values().any(|x| Arc::ptr_eq(x, t)) {
+        t.lock().key = Some(key);
+    } else {
+        st.released.push(key);
+    }
+}
+
 #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
 /// Ranks the local tickets of `group` against its queue (sorted by
 /// creation revision): the first `max` keys hold the slots until `until`.

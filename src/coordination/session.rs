@@ -380,7 +380,7 @@ impl Session {
                 self.client.put(key.clone(), value, Some(opts)),
             )
             .await?;
-            t.lock().key = Some(key);
+            super::record_put(fleet, &t, key);
         }
         let opts = GetOptions::new()
             .with_prefix()

@@ -167,3 +167,24 @@ fn groups_are_ranked_apart_and_a_refused_group_holds_nothing() {
         .as_deref()
         .is_some_and(|e| e.contains("max_concurrent")));
 }
+
+#[test]
+fn a_ticket_dropped_while_its_key_is_put_leaves_no_key_behind() {
+    let f = fleet(1);
+    let a = f.queue("sda", "g", Arc::default());
+    // The session took it to put its key …
+    let taken = a.view();
+    // … and the drive stopped wanting the slot meanwhile.
+    drop(a);
+    assert!(f.lock().released.is_empty(), "no key yet to delete");
+    record_put(&f, &taken, "ka".into());
+    assert_eq!(
+        f.lock().released,
+        vec!["ka".to_string()],
+        "deleted at the next sync"
+    );
+    // A live ticket keeps its key.
+    let b = f.queue("sdb", "g", Arc::default());
+    record_put(&f, &b.view(), "kb".into());
+    assert_eq!(b.shared.lock().key.as_deref(), Some("kb"));
+}
