@@ -290,13 +290,10 @@ fn show_wait(cell: &DriveCell, noted: &mut Option<&'static str>, why: Option<&'s
 /// When a file under the drive's trees was last refreshed, from the
 /// database (the status after a restart).
 fn last_refresh(store: &Store, cell: &DriveCell) -> Option<i64> {
-    let mut last: Option<i64> = None;
-    for root in &cell.roots {
-        let _ = store.for_each_file(root, &mut |f| {
-            last = last.max(f.last_refresh);
-        });
-    }
-    last
+    cell.roots
+        .iter()
+        .filter_map(|root| store.last_refresh_under(root).ok().flatten())
+        .max()
 }
 
 fn open_store(shared: &Shared, cell: &DriveCell) -> Option<Store> {

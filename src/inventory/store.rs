@@ -454,6 +454,21 @@ impl Store {
         Ok(out)
     }
 
+    /// When a file under `root` was last refreshed (one query, not a walk
+    /// of every record: the daemon's status after a restart).
+    pub fn last_refresh_under(&self, root: &Path) -> Result<Option<i64>, StoreError> {
+        let root_b = root.as_os_str().as_bytes();
+        let mut under = root_b.to_vec();
+        if !under.ends_with(b"/") {
+            under.push(b'/');
+        }
+        let mut q = self.db(self.conn.prepare(
+            "SELECT MAX(f.last_refresh) FROM files f JOIN dirs d ON f.dir = d.id
+             WHERE d.path = ?1 OR substr(d.path, 1, ?2) = ?3",
+        ))?;
+        self.db(q.query_row(params![root_b, under.len() as i64, under], |r| r.get(0)))
+    }
+
     fn each_where(
         &self,
         root: &Path,

@@ -193,3 +193,38 @@ fn a_checkpoint_resumes_only_the_unchanged_file() {
     store.clear_checkpoint(f.dev, f.ino).expect("clear");
     assert!(store.checkpoints(root).expect("list").is_empty());
 }
+
+#[test]
+fn the_last_refresh_under_a_root_is_one_query() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path();
+    for d in ["a", "a/b", "ab"] {
+        write(&root.join(d).join("f"), 10);
+    }
+    let mut store = Store::memory().expect("store");
+    store.scan(root).expect("scan");
+    let under_a = root.join("a");
+    assert_eq!(
+        store.last_refresh_under(&under_a).expect("query"),
+        None,
+        "never"
+    );
+    for f in store.files(root).expect("files") {
+        let at = match f.path.strip_prefix(root).expect("under").to_str() {
+            Some("a/f") => 100,
+            Some("a/b/f") => 300,
+            _ => 900, // ab/f: beside a, not under it
+        };
+        store.mark_refreshed(f.dev, f.ino, at, None).expect("mark");
+    }
+    assert_eq!(
+        store.last_refresh_under(&under_a).expect("query"),
+        Some(300)
+    );
+    assert_eq!(store.last_refresh_under(root).expect("query"), Some(900));
+    let mut walked = None;
+    store
+        .for_each_file(&under_a, &mut |f| walked = walked.max(f.last_refresh))
+        .expect("walk");
+    assert_eq!(walked, Some(300), "the same as walking the records");
+}
