@@ -142,12 +142,14 @@ fn http(url: &str, timeout: Duration) -> Result<(), String> {
             .max(Duration::from_millis(1))
     };
     let _ = s.set_write_timeout(Some(left()));
-    write!(
-        s,
+    // One write: a request sent in pieces may meet a server that reads
+    // once.
+    let request = format!(
         "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: refreshd\r\nConnection: close\r\n\r\n",
         u.path, u.host
-    )
-    .map_err(|e| format!("health_url {url}: {e}"))?;
+    );
+    s.write_all(request.as_bytes())
+        .map_err(|e| format!("health_url {url}: {e}"))?;
     let mut head = [0u8; 64];
     let mut n = 0;
     while n < 12 {
@@ -233,9 +235,15 @@ mod tests {
             // thought free may land here first.
             std::thread::spawn(move || {
                 while let Ok((mut s, _)) = l.accept() {
+                    let mut req = vec![];
                     let mut buf = [0u8; 1024];
-                    let n = s.read(&mut buf).unwrap_or(0);
-                    if buf[..n].starts_with(b"GET /_cluster/health") {
+                    while !req.ends_with(b"\r\n\r\n") {
+                        match s.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    if req.starts_with(b"GET /_cluster/health") {
                         let _ = write!(s, "HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
                         return;
                     }
