@@ -361,11 +361,6 @@ impl Ticket {
         self.shared.lock().state.clone()
     }
 
-    /// How long it has waited (or waited before it got the slot).
-    pub fn waited(&self) -> Duration {
-        self.shared.queued_at.elapsed()
-    }
-
     /// What the status shows of it (shared with the control server).
     pub fn view(&self) -> Arc<TicketShared> {
         self.shared.clone()
