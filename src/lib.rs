@@ -31,6 +31,7 @@ pub mod inventory;
 pub mod oneshot;
 pub mod policy;
 pub mod protocol;
+pub mod resolve;
 pub mod sampler;
 pub mod survey;
 pub mod units;

@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustix::fs::{openat2, statat, AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{statat, AtFlags, Dir, FileType, Mode, OFlags};
 
 use crate::engine::{FileReport, SkipReason, Target};
 
@@ -94,12 +94,12 @@ pub(crate) fn open_subdir(root: BorrowedFd<'_>, rel: &Path) -> rustix::io::Resul
     if rel.as_os_str().is_empty() {
         return rustix::io::dup(root);
     }
-    openat2(
+    crate::resolve::open(
         root,
         rel,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
         Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV | ResolveFlags::BENEATH,
+        crate::resolve::Rules::BENEATH,
     )
 }
 

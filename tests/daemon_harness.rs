@@ -86,12 +86,25 @@ impl Daemon {
 
     /// Like [`Daemon::start`], with extra environment variables.
     pub fn start_with(dir: &Path, cfg: &Path, port: u16, env: &[(&str, &str)]) -> Daemon {
+        Daemon::spawn(dir, cfg, port, env, refreshd())
+    }
+
+    /// Like [`Daemon::start`], under a seccomp filter that answers
+    /// `openat2` with `errno`, as systemd's does under
+    /// `RestrictSUIDSGID=yes` (ENOSYS).
+    pub fn start_refusing_openat2(dir: &Path, cfg: &Path, port: u16, errno: i32) -> Daemon {
+        let mut cmd = refreshd();
+        testbed::seccomp::command_refusing(&mut cmd, testbed::seccomp::SYS_OPENAT2, errno);
+        Daemon::spawn(dir, cfg, port, &[], cmd)
+    }
+
+    fn spawn(dir: &Path, cfg: &Path, port: u16, env: &[(&str, &str)], mut cmd: Command) -> Daemon {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(dir.join("daemon.log"))
             .unwrap();
-        let child = refreshd()
+        let child = cmd
             .args(["run", "--config"])
             .arg(cfg)
             .env("RUST_LOG", "refreshd=info")

@@ -48,7 +48,11 @@ fn fingerprint_with_ctime(p: &Path) -> (Fingerprint, i64, i64) {
 /// scan interval is long); returns once the first scan is done. The drive
 /// is judged degraded after two more sampling rounds (2 s apart) and then
 /// refreshes its plan from the database — without a rescan.
-fn aged_daemon(dir: &Path, d: &testbed::Drive, tree: &Path) -> Daemon {
+///
+/// `openat2`: `None` as on a plain host; `Some(errno)` under a seccomp
+/// filter answering it with that errno (systemd's sandbox): names are
+/// then resolved one component at a time, with the same guarantees.
+fn aged_daemon(dir: &Path, d: &testbed::Drive, tree: &Path, openat2: Option<i32>) -> Daemon {
     // Other aged files that make the drive degraded on their own.
     stale_files(&tree.join("others"), 3, 8, 90);
     d.sync().unwrap();
@@ -56,7 +60,14 @@ fn aged_daemon(dir: &Path, d: &testbed::Drive, tree: &Path) -> Daemon {
     d.sync().unwrap();
     let port = free_port();
     let cfg = config(dir, tree, port, "scan_interval = \"1h\"\n");
-    let daemon = Daemon::start(dir, &cfg, port);
+    let daemon = match openat2 {
+        None => Daemon::start(dir, &cfg, port),
+        Some(errno) => {
+            let d = Daemon::start_refusing_openat2(dir, &cfg, port, errno);
+            assert!(d.log().contains("openat2 is refused here"), "{}", d.log());
+            d
+        }
+    };
     daemon.wait_for("the first scan", 30, |dm| {
         dm.status()["files"].as_u64() == Some(4)
     });
@@ -76,13 +87,26 @@ fn privileged_directory_swapped_for_a_symlink_after_the_scan_reaches_nothing_out
     ) {
         return;
     }
+    directory_swapped_for_a_symlink(None);
+}
+
+/// The same attack under systemd's sandbox (openat2 refused with ENOSYS).
+#[test]
+fn privileged_directory_swapped_for_a_symlink_without_openat2() {
+    if !privileged("privileged_directory_swapped_for_a_symlink_without_openat2") {
+        return;
+    }
+    directory_swapped_for_a_symlink(Some(libc::ENOSYS));
+}
+
+fn directory_swapped_for_a_symlink(openat2: Option<i32>) {
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let d = drive(tmp.path(), "840evo");
     let tree = d.path("tree");
     let inside = stale_files(&tree.join("sub"), 1, 8, 91).remove(0);
     let outside = stale_files(&d.path("outside/sub"), 1, 8, 92).remove(0);
     assert_eq!(inside.file_name(), outside.file_name());
-    let daemon = aged_daemon(tmp.path(), &d, &tree);
+    let daemon = aged_daemon(tmp.path(), &d, &tree, openat2);
     // The swap, right after the scan: tree/sub becomes ../outside/sub.
     std::fs::rename(tree.join("sub"), tree.join("sub.old")).unwrap();
     std::os::unix::fs::symlink("../outside/sub", tree.join("sub")).unwrap();
@@ -108,11 +132,25 @@ fn privileged_file_replaced_after_the_scan_is_skipped_as_replaced() {
     if !privileged("privileged_file_replaced_after_the_scan_is_skipped_as_replaced") {
         return;
     }
+    file_replaced_after_the_scan(None);
+}
+
+/// The same under a filter answering openat2 with EPERM (a
+/// `SystemCallFilter=` without it).
+#[test]
+fn privileged_file_replaced_after_the_scan_without_openat2() {
+    if !privileged("privileged_file_replaced_after_the_scan_without_openat2") {
+        return;
+    }
+    file_replaced_after_the_scan(Some(libc::EPERM));
+}
+
+fn file_replaced_after_the_scan(openat2: Option<i32>) {
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let d = drive(tmp.path(), "840evo");
     let tree = d.path("tree");
     let file = stale_files(&tree, 1, 8, 93).remove(0);
-    let daemon = aged_daemon(tmp.path(), &d, &tree);
+    let daemon = aged_daemon(tmp.path(), &d, &tree, openat2);
     // Another file takes the name (new inode), as stale as the first.
     let newcomer = tree.join("newcomer");
     write_file(&newcomer, &pattern(8 << 20, 94));

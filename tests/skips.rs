@@ -122,29 +122,33 @@ fn privileged_skips_what_it_must_not_touch() {
     let prints: Vec<_> = watched.iter().map(|p| fingerprint(p)).collect();
 
     // In place only: under `auto` the file held open would be relocated
-    // (tests/relocate.rs).
-    let (code, reports, summary) = refresh_json(&["--strategy", "inplace"], &[&inside]);
-    assert_eq!(code, 0, "skips are not failures: {reports:#?}");
-    assert_eq!(reason(&reports, &link), "symlink");
-    assert_eq!(reason(&reports, &dirlink), "symlink");
-    assert_eq!(reason(&reports, &fifo), "not_regular");
-    assert_eq!(reason(&reports, &immutable), "immutable");
-    assert_eq!(reason(&reports, &append), "append_only");
-    assert_eq!(reason(&reports, &held), "in_use");
-    assert_eq!(reason(&reports, &exe), "running_executable");
-    assert_eq!(reason(&reports, &swap), "swapfile");
-    assert_eq!(reason(&reports, &sub), "other_filesystem");
-    assert_eq!(status_of(&reports, &normal)["status"], "refreshed");
-    assert!(
-        !reports
-            .iter()
-            .any(|r| r["path"].as_str().unwrap().contains("on-tmpfs")),
-        "walked into another filesystem"
-    );
-    assert_eq!(summary["refreshed"], 1, "{summary}");
-    for ((p, c), f) in watched.iter().zip(&ctimes).zip(&prints) {
-        assert_eq!(&ctime(p), c, "{} was touched", p.display());
-        assert_eq!(&fingerprint(p), f, "{} changed", p.display());
+    // (tests/relocate.rs). Twice: as on a plain host, and under a seccomp
+    // filter refusing openat2 (systemd's sandbox): the same answers.
+    for openat2 in [None, Some(libc::ENOSYS)] {
+        let (code, reports, summary) =
+            refresh_json_openat2(openat2, &["--strategy", "inplace"], &[&inside]);
+        assert_eq!(code, 0, "skips are not failures: {reports:#?}");
+        assert_eq!(reason(&reports, &link), "symlink");
+        assert_eq!(reason(&reports, &dirlink), "symlink");
+        assert_eq!(reason(&reports, &fifo), "not_regular");
+        assert_eq!(reason(&reports, &immutable), "immutable");
+        assert_eq!(reason(&reports, &append), "append_only");
+        assert_eq!(reason(&reports, &held), "in_use");
+        assert_eq!(reason(&reports, &exe), "running_executable");
+        assert_eq!(reason(&reports, &swap), "swapfile");
+        assert_eq!(reason(&reports, &sub), "other_filesystem");
+        assert_eq!(status_of(&reports, &normal)["status"], "refreshed");
+        assert!(
+            !reports
+                .iter()
+                .any(|r| r["path"].as_str().unwrap().contains("on-tmpfs")),
+            "walked into another filesystem"
+        );
+        assert_eq!(summary["refreshed"], 1, "{summary}");
+        for ((p, c), f) in watched.iter().zip(&ctimes).zip(&prints) {
+            assert_eq!(&ctime(p), c, "{} was touched", p.display());
+            assert_eq!(&fingerprint(p), f, "{} changed", p.display());
+        }
     }
 
     // Named directly, a symlink is refused as a whole (exit 2, the reason

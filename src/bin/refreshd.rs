@@ -180,6 +180,14 @@ fn main() -> ExitCode {
     } else {
         base + cli.verbose as i8
     });
+    if matches!(
+        cli.command,
+        Command::Run { .. } | Command::Refresh(_) | Command::Survey(_)
+    ) {
+        // Before any thread starts: which way names are resolved here (a
+        // seccomp filter may refuse openat2), said once in the log.
+        refreshd::resolve::probe();
+    }
     let code = match cli.command {
         Command::Survey(a) => survey(a),
         Command::Run { config } => match refreshd::daemon::run_file(&config) {

@@ -1,7 +1,8 @@
 //! Planned files as engine targets, by identity beneath their trees: each
 //! configured root is opened once per refresh round, and a file is then
 //! resolved from the root's descriptor with
-//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV)` (in
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV)`, or the
+//! same checks one component at a time where openat2 is refused (in
 //! the engine's guard), never by an absolute path. A directory swapped for
 //! a symlink after the scan stops the resolution there; a file replaced by
 //! another one (other inode, birth time or generation) is skipped as

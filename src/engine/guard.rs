@@ -9,10 +9,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustix::fs::{
-    openat2, statx, AtFlags, FileType, Mode, OFlags, ResolveFlags, StatxAttributes, StatxFlags,
-    Timestamps,
-};
+use rustix::fs::{statx, AtFlags, FileType, Mode, OFlags, StatxAttributes, StatxFlags, Timestamps};
 
 use super::report::SkipReason;
 use super::sys::{self, FsKind};
@@ -213,13 +210,12 @@ fn file_kind(mode: u32) -> &'static str {
 /// that show what the lease protects against.
 pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
     use rustix::io::Errno;
-    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV | ResolveFlags::BENEATH;
-    let path_fd = match openat2(
+    let path_fd = match crate::resolve::open(
         t.dir.as_fd(),
         &t.rel,
         OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
-        resolve,
+        crate::resolve::Rules::BENEATH,
     ) {
         Ok(fd) => fd,
         Err(Errno::LOOP) => {

@@ -47,7 +47,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, StatxFlags};
+use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -332,12 +332,10 @@ fn recover_records(files: Vec<PathBuf>) -> Vec<Recovered> {
 
 fn recover_one(e: &Entry) -> RecoveryOutcome {
     use RecoveryOutcome::{Deferred, Left, Restored};
-    let fd = match rustix::fs::openat2(
-        rustix::fs::CWD,
+    let fd = match crate::resolve::open_absolute(
         &e.path,
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOATIME,
         Mode::empty(),
-        ResolveFlags::NO_SYMLINKS,
     ) {
         Ok(fd) => fd,
         Err(rustix::io::Errno::NOENT) => return Left("no longer exists".into()),

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rustix::fs::{openat2, Mode, OFlags, ResolveFlags, CWD};
+use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::backend::{open_backend, Op};
@@ -178,12 +178,10 @@ struct Candidate {
 /// inventory's, and only then the inode itself reopened for reading. A
 /// file replaced since the scan is never opened.
 fn open_direct(f: &FileRecord) -> io::Result<OwnedFd> {
-    let path_fd = openat2(
-        CWD,
+    let path_fd = crate::resolve::open_absolute(
         &f.path,
         OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
-        ResolveFlags::NO_SYMLINKS,
     )?;
     let m = crate::engine::guard::meta(path_fd.as_fd())?;
     let found = crate::engine::guard::Identity {
@@ -421,12 +419,10 @@ fn write_canary(
             crate::units::format_size(reserve)
         ));
     };
-    let fd = openat2(
-        CWD,
+    let fd = crate::resolve::open_absolute(
         dir,
         OFlags::TMPFILE | OFlags::RDWR | OFlags::DIRECT | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
-        ResolveFlags::NO_SYMLINKS,
     )
     .map_err(|e| format!("O_TMPFILE in {}: {e}", dir.display()))?;
     let mut pool = BufferPool::new(1, REQ);

@@ -10,6 +10,7 @@ pub mod drive;
 pub mod measure;
 pub mod model;
 pub mod scenarios;
+pub mod seccomp;
 
 pub use drive::{Drive, DriveOptions};
 pub use model::Model;

@@ -259,7 +259,29 @@ pub fn refresh_json(
     args: &[&str],
     paths: &[&Path],
 ) -> (i32, Vec<serde_json::Value>, serde_json::Value) {
-    let out = refreshd()
+    refresh_json_by(refreshd(), args, paths)
+}
+
+/// [`refresh_json`] with `openat2` answered by `errno` (a seccomp filter,
+/// as systemd's sandbox does), or as on a plain host (`None`).
+pub fn refresh_json_openat2(
+    openat2: Option<i32>,
+    args: &[&str],
+    paths: &[&Path],
+) -> (i32, Vec<serde_json::Value>, serde_json::Value) {
+    let mut cmd = refreshd();
+    if let Some(errno) = openat2 {
+        testbed::seccomp::command_refusing(&mut cmd, testbed::seccomp::SYS_OPENAT2, errno);
+    }
+    refresh_json_by(cmd, args, paths)
+}
+
+fn refresh_json_by(
+    mut cmd: Command,
+    args: &[&str],
+    paths: &[&Path],
+) -> (i32, Vec<serde_json::Value>, serde_json::Value) {
+    let out = cmd
         .arg("refresh")
         .arg("--json")
         .args(args)
