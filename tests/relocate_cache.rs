@@ -98,3 +98,39 @@ fn relocation_keeps_cached_pages(kind: &'static str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Regression (found booting the package under systemd): a file the
+/// application has read with ordinary buffered reads sits in the page
+/// cache in large folios, which ext4's `MOVE_EXT` refuses with EBUSY every
+/// time (Linux 6.18). Its clean, unmapped pages are dropped and read back
+/// one page at a time first: the file is relocated, and stays cached.
+#[test]
+fn privileged_relocation_of_a_file_cached_in_large_folios() {
+    if !privileged("privileged_relocation_of_a_file_cached_in_large_folios") {
+        return;
+    }
+    for kind in ["ext4", "ext4j"] {
+        let _cache = page_cache_lock();
+        let fs = LoopFs::new(kind, 256);
+        let p = fs.path("read-by-the-app");
+        let len = 16 * MIB;
+        write_file(&p, &pattern(len, 104));
+        fs.sync();
+        testbed::measure::drop_caches();
+        // The application reads it whole (readahead: large folios) and
+        // keeps it open, so it is relocated, not rewritten.
+        let app = File::open(&p).unwrap();
+        std::io::Read::read_to_end(&mut &app, &mut Vec::new()).unwrap();
+        let before = resident(&app, len);
+        let print = fingerprint(&p);
+        let (code, files, _) = refresh_json(&["--strategy", "relocate"], &[&p]);
+        assert_eq!(code, 0, "{kind}: {files:#?}");
+        assert_eq!(files[0]["status"], "refreshed", "{kind}: {:#}", files[0]);
+        assert_eq!(files[0]["bytes_refreshed"], len as u64, "{kind}");
+        assert!(
+            resident(&app, len) >= before,
+            "{kind}: the application's pages stay cached"
+        );
+        assert_eq!(fingerprint(&p), print, "{kind}");
+    }
+}

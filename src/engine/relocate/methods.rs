@@ -18,7 +18,7 @@ impl Relocator<'_, '_> {
     /// The kernel said no: a skip naming its answer and what to do.
     fn refused(&self, what: &str, e: &io::Error) -> ChunkResult {
         let advice = match e.raw_os_error() {
-            Some(libc::EBUSY) => "the file's pages stay busy (writeback, pinned mappings); try again later, or refresh it in place when it is not in use",
+            Some(libc::EBUSY) => "the file's pages stay busy: mapped by another process in large folios, which this kernel's MOVE_EXT cannot move (Linux 6.18), or under writeback; a later run tries again, or refresh it in place when it is not in use",
             Some(libc::EPERM) => "the file is protected (fs-verity, immutable, swap or a DAX mapping); it cannot be relocated",
             Some(libc::EOPNOTSUPP | libc::ENOTTY) => "the filesystem does not support it here (data=journal, encryption, inline data, no reflink); refresh it in place when it is not in use",
             _ => "refresh it in place when it is not in use",
@@ -68,6 +68,7 @@ impl Relocator<'_, '_> {
         }
         let mut moved = 0;
         let mut busy = 0;
+        let mut small_pages = false;
         // After repeated EBUSY, one block per call: a smaller unit.
         let mut step = blocks;
         while moved < blocks {
@@ -80,6 +81,27 @@ impl Relocator<'_, '_> {
                     )
                 }
                 Ok(n) => moved += n,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && !small_pages => {
+                    // Large folios (the application wrote or read the file
+                    // in big pieces) are refused by MOVE_EXT (Linux 6.18:
+                    // EBUSY, every time). Drop the unit's clean, unmapped
+                    // cached pages and read them back as single pages (the
+                    // orig fd reads with POSIX_FADV_RANDOM); the pages that
+                    // were cached before are read back after the unit
+                    // (`reread_evicted`), so the application's cache stays.
+                    small_pages = true;
+                    let _ = rustix::fs::fdatasync(self.orig);
+                    let rest = (b0 + moved) * self.block;
+                    let _ = rustix::fs::fadvise(
+                        self.orig,
+                        rest,
+                        std::num::NonZeroU64::new(c.end().saturating_sub(rest)),
+                        rustix::fs::Advice::DontNeed,
+                    );
+                    if let Err(e) = self.read_chunk(c, false) {
+                        return fail(FailKind::Io, format!("reading at offset {}: {e}", c.offset));
+                    }
+                }
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) && busy < 40 => {
                     // Pages under writeback: wait for it, then smaller units.
                     busy += 1;
