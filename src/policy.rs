@@ -237,6 +237,10 @@ pub enum HealthState {
     Degraded,
     /// Refreshed, and the rewritten data is still slow.
     NotRecovering,
+    /// The last round could not read the drive's stale data at all (the
+    /// reason is in the status): never refreshed on its own, sampled
+    /// again at the next interval.
+    CannotSample,
 }
 
 impl HealthState {
@@ -249,6 +253,7 @@ impl HealthState {
             HealthState::Suspect => "suspect",
             HealthState::Degraded => "degraded",
             HealthState::NotRecovering => "not_recovering",
+            HealthState::CannotSample => "cannot_sample",
         }
     }
 }
@@ -350,6 +355,13 @@ impl Health {
         self.state
     }
 
+    /// A round that could not read the stale data: what the drive reads
+    /// at is not known. The scores stay for when sampling works again.
+    pub fn cannot_sample(&mut self) -> HealthState {
+        self.state = HealthState::CannotSample;
+        self.state
+    }
+
     /// Whether the daemon should refresh this drive on its own.
     pub fn wants_refresh(&self) -> bool {
         self.state == HealthState::Degraded
@@ -360,7 +372,11 @@ impl Health {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanEntry {
     pub path: PathBuf,
+    /// The device number at the last scan (this boot).
     pub dev: u64,
+    /// The filesystem's identity (UUID; stable across reboots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs: Option<crate::fsid::FsId>,
     pub ino: u64,
     pub size: u64,
     pub age_days: f64,
@@ -405,30 +421,45 @@ pub fn plan_records(
         .into_iter()
         .filter(|f| f.alloc > 0 && f.data_age(rules.now) >= rules.stale_after)
         .collect();
-    stale.sort_by_key(|f| (f.data_written(), f.dev, f.ino));
+    // Oldest data first; data of unknown age (a wrong clock) first of all.
+    stale.sort_by_key(|f| (f.data_written(rules.now), f.fs, f.ino));
     let mut left = rules.budget_left;
     for f in stale {
-        let recent = f.last_refresh.is_some_and(|r| {
-            Duration::from_secs(u64::try_from(rules.now - r).unwrap_or(0)) < rules.min_interval
-        });
+        // A last refresh in the future (a wrong clock) is not believed:
+        // it never keeps data from being refreshed.
+        let recent = f
+            .last_refresh
+            .and_then(|r| crate::clock::believable(r, rules.now))
+            .is_some_and(|r| {
+                Duration::from_secs(u64::try_from(rules.now - r).unwrap_or(0)) < rules.min_interval
+            });
         if recent {
             out.skipped_recent += 1;
             continue;
         }
+        // Allocated data, not apparent size: a sparse file's holes are
+        // never rewritten (nor counted against the budget).
+        let bytes = f.data_bytes();
         if let Some(l) = left.as_mut() {
-            if f.size > *l {
+            if bytes > *l {
                 out.deferred_budget += 1;
                 continue;
             }
-            *l -= f.size;
+            *l -= bytes;
         }
-        out.bytes += f.size;
+        out.bytes += bytes;
+        let age = f.data_age(rules.now);
         out.files.push(PlanEntry {
             path: f.path.clone(),
             dev: f.dev,
+            fs: Some(f.fs),
             ino: f.ino,
             size: f.size,
-            age_days: f.data_age(rules.now).as_secs_f64() / 86_400.0,
+            age_days: if age == Duration::MAX {
+                f64::INFINITY
+            } else {
+                age.as_secs_f64() / 86_400.0
+            },
         });
         records.push(f);
     }

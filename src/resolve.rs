@@ -46,8 +46,6 @@ impl Method {
 /// Set once the start-up probe found `openat2` refused for the whole
 /// process (a seccomp filter from exec on): every open walks.
 static REFUSED: AtomicBool = AtomicBool::new(false);
-/// The refusal was logged (once per process).
-static SAID: AtomicBool = AtomicBool::new(false);
 
 /// What the resolution must not do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,14 +124,7 @@ pub fn method() -> Method {
 }
 
 fn say_refused(why: Errno) {
-    if !SAID.swap(true, Ordering::Relaxed) {
-        tracing::warn!(
-            "openat2 is refused here ({}: a seccomp filter such as systemd's \
-             RestrictSUIDSGID=, or an old kernel); resolving names one component at a \
-             time with openat(O_NOFOLLOW) and a mount check at every step instead",
-            std::io::Error::from(why)
-        );
-    }
+    crate::refused::note(crate::refused::Call::Openat2, &std::io::Error::from(why));
 }
 
 /// Opens `name` relative to `dir` under `rules`, never following a

@@ -218,29 +218,8 @@ fn killed_mid_file(dir: &Path) -> (Drive, PathBuf, Fingerprint, bool) {
     // A write io_uring had punted to its workers may still land (and move
     // the times) as the dead process's ring is torn down: judge after.
     std::thread::sleep(Duration::from_millis(500));
-    let exact = journal_matches(&dir.join("state"), &file);
+    let exact = record_vouches(&dir.join("state"), &file);
     (d, file, before, exact)
-}
-
-/// Whether the one journal record under `state` holds `file`'s current
-/// (mtime, ctime) as what refreshd's own writes left.
-fn journal_matches(state: &Path, file: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let rec = journal_records(state)
-        .into_iter()
-        .next()
-        .expect("a journal record after the kill");
-    let text = std::fs::read_to_string(rec).unwrap();
-    let r: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
-    let m = std::fs::metadata(file).unwrap();
-    let now = (
-        m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-        m.ctime() * 1_000_000_000 + m.ctime_nsec(),
-    );
-    now == (
-        r["left_mtime_ns"].as_i64().unwrap(),
-        r["left_ctime_ns"].as_i64().unwrap(),
-    )
 }
 
 const KILL_SETTINGS: &str = "rate = \"24MiB/s\"\nsample_interval = \"1h\"\n";

@@ -93,8 +93,52 @@ impl Daemon {
     /// `openat2` with `errno`, as systemd's does under
     /// `RestrictSUIDSGID=yes` (ENOSYS).
     pub fn start_refusing_openat2(dir: &Path, cfg: &Path, port: u16, errno: i32) -> Daemon {
+        Daemon::start_refusing(
+            dir,
+            cfg,
+            port,
+            testbed::seccomp::Refusal {
+                syscall: testbed::seccomp::SYS_OPENAT2,
+                arg1: None,
+                errno,
+            },
+        )
+    }
+
+    /// Like [`Daemon::start`], with at most `files` open descriptors
+    /// (soft and hard: the daemon cannot raise it).
+    pub fn start_with_file_limit(dir: &Path, cfg: &Path, port: u16, files: u64) -> Daemon {
         let mut cmd = refreshd();
-        testbed::seccomp::command_refusing(&mut cmd, testbed::seccomp::SYS_OPENAT2, errno);
+        // SAFETY: setrlimit is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                let l = libc::rlimit {
+                    rlim_cur: files,
+                    rlim_max: files,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Daemon::spawn(dir, cfg, port, &[], cmd)
+    }
+
+    /// Like [`Daemon::start`], under a seccomp filter with `refusal`.
+    pub fn start_refusing(
+        dir: &Path,
+        cfg: &Path,
+        port: u16,
+        refusal: testbed::seccomp::Refusal,
+    ) -> Daemon {
+        let mut cmd = refreshd();
+        // SAFETY: refuse_all is async-signal-safe (prctl on a stack array).
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                testbed::seccomp::refuse_all(&[refusal])
+            });
+        }
         Daemon::spawn(dir, cfg, port, &[], cmd)
     }
 
@@ -288,4 +332,34 @@ pub fn refreshed_total(m: &str) -> f64 {
         .filter(|l| l.starts_with("refreshd_refreshed_bytes_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// Kills a process (SIGKILL, then reaped by the caller) at a moment its
+/// recovery record for `file` vouches for the file's times (no write of
+/// its own in flight, the record up to date): stopped first, killed only
+/// when the record matches, else let go on for a moment and tried again.
+/// A write io_uring had punted to its workers can still land as the dead
+/// process's ring is torn down: the caller judges with [`record_vouches`]
+/// after the reap (recovery then restores the times, or by design leaves
+/// them).
+pub fn kill_when_recoverable(pid: u32, state: &Path, file: &Path) {
+    use nix::sys::signal::{kill, Signal};
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    let t = Instant::now();
+    loop {
+        kill(pid, Signal::SIGSTOP).unwrap();
+        // In-flight I/O completes meanwhile; no new write is submitted.
+        std::thread::sleep(Duration::from_millis(50));
+        if record_vouches(state, file) {
+            kill(pid, Signal::SIGKILL).unwrap();
+            return;
+        }
+        kill(pid, Signal::SIGCONT).unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no moment at which the record vouched for {}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(7));
+    }
 }

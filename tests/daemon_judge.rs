@@ -207,3 +207,54 @@ fn privileged_survey_says_slow_with_the_reason() {
     );
     d.link_cap(0);
 }
+
+/// A drive whose stale data cannot be read at all (here: FIEMAP refused
+/// by a seccomp filter, as a sandbox may do) is `cannot_sample` with the
+/// reason, never `unknown` with "no stale data".
+#[test]
+fn privileged_a_drive_that_cannot_be_sampled_says_so() {
+    if !privileged("privileged_a_drive_that_cannot_be_sampled_says_so") {
+        return;
+    }
+    use testbed::seccomp::{Refusal, FS_IOC_FIEMAP, SYS_IOCTL};
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let fs = LoopFs::new("ext4", 256);
+    let tree = fs.path("index");
+    stale_files(&tree, 2, 4, 502);
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, "");
+    let refusal = Refusal {
+        syscall: SYS_IOCTL,
+        arg1: Some(FS_IOC_FIEMAP),
+        errno: libc::EPERM,
+    };
+    let daemon = Daemon::start_refusing(tmp.path(), &cfg, port, refusal);
+    daemon.wait_for("cannot_sample", 30, |dm| {
+        dm.status()["state"] == "cannot_sample"
+    });
+    let s = daemon.status();
+    let why = s["error"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("cannot sample: none of the stale files could be opened")
+            && why.contains("Operation not permitted"),
+        "{s:#}"
+    );
+    let m = daemon.metrics();
+    assert_eq!(
+        metric(
+            &m,
+            &format!(
+                "refreshd_drive_state{{device=\"{}\",state=\"cannot_sample\"}}",
+                s["device"].as_str().unwrap()
+            )
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    let (code, out, _) = daemon.ctl(&["status"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("cannot_sample") && out.contains("cannot sample:"),
+        "{out}"
+    );
+}

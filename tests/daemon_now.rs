@@ -194,3 +194,66 @@ fn daemon_alive(d: &Daemon) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.child.id() as i32), None).is_ok()
         && d.ctl(&["status"]).0 == 0
 }
+
+/// `now --wait` tells the truth: a round in which a file failed (here an
+/// unreadable range on the testbed) exits 1 and names the file and the
+/// reason; `status` shows the last round's counts afterwards. Regression:
+/// it printed "nothing to refresh" and exited 0 while every file failed.
+#[test]
+fn privileged_now_wait_exits_1_and_names_the_files_that_failed() {
+    if !privileged("privileged_now_wait_exits_1_and_names_the_files_that_failed") {
+        return;
+    }
+    use refreshd::engine::sys;
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = testbed::DriveOptions {
+        size: 512 << 20,
+        model: testbed::Model::preset("none").unwrap(),
+        ..testbed::DriveOptions::default()
+    };
+    let d = testbed::Drive::up(tmp.path(), &opts).unwrap();
+    let tree = d.path("tree");
+    let files = stale_files(&tree, 3, 4, 421);
+    d.sync().unwrap();
+    let bad = &files[1];
+    let f = std::fs::File::open(bad).unwrap();
+    let ext = sys::fiemap(std::os::fd::AsFd::as_fd(&f)).unwrap()[0];
+    drop(f);
+    d.fault(ext.physical + 8192, 4096);
+    drop_caches();
+    let port = free_port();
+    let cfg = config(
+        tmp.path(),
+        &tree,
+        port,
+        "scan_interval = \"1h\"\nsample_interval = \"1h\"\nsample_bytes = \"4MiB\"\n",
+    );
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    let (code, out, err) = daemon.ctl(&["now", "--force", "--wait"]);
+    assert_eq!(code, 1, "a failed file fails the request: {out}{err}");
+    assert!(
+        out.contains("refreshed 2 file(s)") && out.contains("1 FAILED"),
+        "{out}"
+    );
+    let name = bad.to_str().unwrap();
+    assert!(
+        out.contains(&format!("failed {name}: 1 unreadable range(s)")),
+        "{out}"
+    );
+    let s = daemon.status();
+    let round = &s["last_round"];
+    assert_eq!(
+        (round["planned"].as_u64(), round["failed"].as_u64()),
+        (Some(3), Some(1)),
+        "{s:#}"
+    );
+    assert_eq!(round["failures"][0]["path"], name, "{s:#}");
+    let (_, table, _) = daemon.ctl(&["status"]);
+    assert!(
+        table.contains("last round") && table.contains("2 refreshed, 1 failed"),
+        "{table}"
+    );
+    // JSON: the same exit code.
+    let (code, _, _) = daemon.ctl(&["--json", "now", "--force", "--wait"]);
+    assert_eq!(code, 1);
+}

@@ -194,20 +194,6 @@ fn resumed_at(log: &str) -> Option<u64> {
         .ok()
 }
 
-/// Whether the file's (mtime, ctime) are what the one journal record under
-/// `state` says refreshd's own writes left (then recovery can restore it).
-fn journal_exact(state: &Path, file: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Some(rec) = journal_records(state).into_iter().next() else {
-        return false;
-    };
-    let text = std::fs::read_to_string(rec).unwrap();
-    let r: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
-    let m = std::fs::metadata(file).unwrap();
-    (m.mtime() * 1_000_000_000 + m.mtime_nsec()) == r["left_mtime_ns"].as_i64().unwrap()
-        && (m.ctime() * 1_000_000_000 + m.ctime_nsec()) == r["left_ctime_ns"].as_i64().unwrap()
-}
-
 #[test]
 fn privileged_fleet_a_killed_holder_frees_its_slot_within_the_lease_ttl() {
     if !have_etcd("privileged_fleet_a_killed_holder_frees_its_slot_within_the_lease_ttl") {
@@ -236,7 +222,7 @@ fn privileged_fleet_a_killed_holder_frees_its_slot_within_the_lease_ttl() {
     let killed = Instant::now();
     da.child.wait().unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let exact = journal_exact(&a.tmp.path().join("state"), &a.files[0]);
+    let exact = record_vouches(&a.tmp.path().join("state"), &a.files[0]);
     db.wait_for("b takes the freed slot", 15, in_progress);
     let took = killed.elapsed();
     eprintln!("b took the slot {took:?} after a was killed (lease_ttl 5 s)");

@@ -413,11 +413,18 @@ fn privileged_kernel_refusing_move_ext_is_a_skip_with_its_answer() {
     if !privileged("privileged_kernel_refusing_move_ext_is_a_skip_with_its_answer") {
         return;
     }
-    // ext4 with data=journal refuses EXT4_IOC_MOVE_EXT (EOPNOTSUPP); ext4
-    // without a journal keeps answering EBUSY here, also to one-block units.
-    for (kind, opts, answer) in [
-        ("ext4j", Some("data=journal"), "not supported"),
-        ("ext4", None, "busy"),
+    // ext4 with data=journal refuses EXT4_IOC_MOVE_EXT (EOPNOTSUPP); an
+    // EBUSY that lasts (pages the kernel cannot move: mapped large folios
+    // on Linux 6.18) is injected with a seccomp filter on that ioctl.
+    const EXT4_IOC_MOVE_EXT: u32 = 0xC028_660F;
+    let busy = testbed::seccomp::Refusal {
+        syscall: testbed::seccomp::SYS_IOCTL,
+        arg1: Some(EXT4_IOC_MOVE_EXT),
+        errno: libc::EBUSY,
+    };
+    for (kind, opts, refusal, answer) in [
+        ("ext4j", Some("data=journal"), None, "not supported"),
+        ("ext4", None, Some(busy), "busy"),
     ] {
         let fs = LoopFs::with_mount_options(kind, 256, false, opts);
         let f = fs.path("in-use");
@@ -426,7 +433,7 @@ fn privileged_kernel_refusing_move_ext_is_a_skip_with_its_answer() {
         set_mtime(&f, OLD, 9);
         fs.sync();
         let holder = File::open(&f).unwrap();
-        let (code, files, _) = refresh_json(&[], &[&f]);
+        let (code, files, _) = refresh_json_refusing(refusal, &[], &[&f]);
         drop(holder);
         let r = status_of(&files, &f);
         assert_eq!(code, 0, "a refusal is a skip, not a failure: {r:#}");

@@ -19,17 +19,11 @@ fn mtime(path: &Path) -> (i64, i64) {
     (m.mtime(), m.mtime_nsec())
 }
 
-fn ctime_ns(path: &Path) -> i64 {
-    let m = std::fs::metadata(path).unwrap();
-    m.ctime() * 1_000_000_000 + m.ctime_nsec()
-}
-
 /// The one record in `state/journal`, if any.
-fn record(state: &Path) -> Option<serde_json::Value> {
+fn record(state: &Path) -> Option<refreshd::inventory::journal::Entry> {
     let entries: Vec<PathBuf> = journal_records(state);
     assert!(entries.len() <= 1, "{entries:?}");
-    let text = std::fs::read_to_string(entries.first()?).unwrap();
-    serde_json::from_str(text.lines().next().unwrap()).ok()
+    refreshd::inventory::journal::read_record(entries.first()?).ok()
 }
 
 fn slow_oneshot(state: &Path, file: &Path) -> Child {
@@ -62,16 +56,11 @@ fn kill_mid_file(state: &Path, file: &Path) -> bool {
     std::thread::sleep(Duration::from_millis(500));
     let r = record(state).expect("a journal record after the kill");
     assert_eq!(
-        r["taken"]["mtime_ns"].as_i64().unwrap(),
-        OLD.0 * 1_000_000_000 + OLD.1
+        r.taken.mtime,
+        refreshd::clock::Timestamp::new(OLD.0, OLD.1 as u32)
     );
     assert_ne!(mtime(file), OLD, "the kill left the mtime moved");
-    let left = (
-        r["left_mtime_ns"].as_i64().unwrap(),
-        r["left_ctime_ns"].as_i64().unwrap(),
-    );
-    let m = mtime(file);
-    left == (m.0 * 1_000_000_000 + m.1, ctime_ns(file))
+    record_vouches(state, file)
 }
 
 /// A small file, and a run on it (any run recovers the whole journal).

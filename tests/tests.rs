@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cli;
+mod clock;
 mod controllers;
 mod daemon;
 mod daemon_harness;
@@ -18,14 +19,18 @@ mod fleet;
 mod fleet_harness;
 mod guards;
 mod helpers;
+mod home;
 mod io_errors;
 mod layout;
 mod lease;
+mod limits;
 mod pacing;
 mod packaging;
 mod read_errors;
+mod reboot;
 mod recovery;
 mod relocate;
 mod relocate_cache;
 mod skips;
 mod survey;
+mod upgrade;

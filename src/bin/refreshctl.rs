@@ -87,13 +87,17 @@ fn main() -> ExitCode {
         Err(e) => return fail(cli.json, &e),
     };
     match run(&mut c, cli.command, cli.json) {
-        Ok((text, v)) => {
+        Ok((text, v, failed)) => {
             if cli.json {
                 println!("{v}");
             } else {
                 print!("{text}");
             }
-            ExitCode::SUCCESS
+            if failed {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
         }
         Err(e) => fail(cli.json, &e),
     }
@@ -113,8 +117,32 @@ fn fail(json: bool, e: &ClientError) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// Runs one command: the text to show, and the daemon's answer as it came.
-fn run(c: &mut Client, cmd: Cmd, json: bool) -> Result<(String, Value), ClientError> {
+/// Runs one command: the text to show, the daemon's answer as it came,
+/// and whether what was asked failed (`now --wait`: a file failed).
+fn run(c: &mut Client, cmd: Cmd, json: bool) -> Result<(String, Value, bool), ClientError> {
+    if let Cmd::Now {
+        drive,
+        path,
+        force,
+        wait: true,
+    } = cmd
+    {
+        let verb = Verb::Now {
+            drive,
+            path: path.map(|p| p.to_string_lossy().into_owned()),
+            force,
+        };
+        let (req, _) = c.call_as::<Vec<NowAccepted>>(verb)?;
+        let bar = !json && std::io::stderr().is_terminal();
+        let (st, raw) = client::wait(c, &req, bar)?;
+        let failed = client::requests_failed(&req, &st);
+        return Ok((client::render_now_done(&req, &st), raw, failed));
+    }
+    let (text, v) = run_plain(c, cmd)?;
+    Ok((text, v, false))
+}
+
+fn run_plain(c: &mut Client, cmd: Cmd) -> Result<(String, Value), ClientError> {
     Ok(match cmd {
         Cmd::Status => {
             let (st, v) = c.call_as::<StatusReply>(Verb::Status {})?;
@@ -133,10 +161,7 @@ fn run(c: &mut Client, cmd: Cmd, json: bool) -> Result<(String, Value), ClientEr
             (client::render_survey(&s), v)
         }
         Cmd::Now {
-            drive,
-            path,
-            force,
-            wait,
+            drive, path, force, ..
         } => {
             let verb = Verb::Now {
                 drive,
@@ -144,14 +169,8 @@ fn run(c: &mut Client, cmd: Cmd, json: bool) -> Result<(String, Value), ClientEr
                 force,
             };
             let (req, v) = c.call_as::<Vec<NowAccepted>>(verb)?;
-            if wait {
-                let bar = !json && std::io::stderr().is_terminal();
-                let (st, raw) = client::wait(c, &req, bar)?;
-                (client::render_now_done(&req, &st), raw)
-            } else {
-                let devs: Vec<&str> = req.iter().map(|r| r.device.as_str()).collect();
-                (format!("requested on {}\n", devs.join(", ")), v)
-            }
+            let devs: Vec<&str> = req.iter().map(|r| r.device.as_str()).collect();
+            (format!("requested on {}\n", devs.join(", ")), v)
         }
         Cmd::Pause { drive } => {
             let (_, v) = c.call_as::<Vec<PauseReply>>(Verb::Pause { drive })?;

@@ -211,6 +211,28 @@ pub fn render_status(v: &StatusReply) -> String {
         if let Some(slot) = &d.slot {
             note(slot_line(slot));
         }
+        // A last round that did not do all it planned says so.
+        if let Some(r) = d
+            .last_round
+            .as_ref()
+            .filter(|r| d.refresh.is_none() && (!r.finished || r.failed + r.interrupted > 0))
+        {
+            let end = match (&r.stopped, r.finished) {
+                (Some(why), false) => format!(", stopped ({why})"),
+                _ => String::new(),
+            };
+            note(format!(
+                "last round ({}): {} of {} planned file(s) done: {}, {}{end}",
+                ago(Some(r.ended)),
+                r.refreshed + r.skipped + r.failed,
+                r.planned,
+                r.counts(),
+                format_size(r.bytes)
+            ));
+            for f in &r.failures {
+                note(format!("  failed {}: {}", f.path, f.reason));
+            }
+        }
         if let Some(y) = &d.yielding {
             note(format!(
                 "yielding since {}: {}",
@@ -411,6 +433,17 @@ pub fn render_now_done(requested: &[NowAccepted], st: &StatusReply) -> String {
     }
     out.push_str(&render_status(st));
     out
+}
+
+/// Whether a file failed in the rounds the answered requests ran.
+pub fn requests_failed(requested: &[NowAccepted], st: &StatusReply) -> bool {
+    requested.iter().any(|r| {
+        st.drives
+            .iter()
+            .find(|d| d.device == r.device)
+            .and_then(|d| d.last_request_round.as_ref())
+            .is_some_and(|sm| sm.failed > 0)
+    })
 }
 
 /// `now --wait`: follows the drives' progress until the requests are done.

@@ -7,11 +7,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Semaphore;
 
 use super::shared::{DriveCell, NowRequest};
 use super::Shared;
@@ -63,23 +65,58 @@ pub fn bind(cfg: &Config) -> Result<UnixListener> {
     Ok(l)
 }
 
+/// Connections open at once from peers other than root (members of
+/// `control_group`): beyond, a connection is answered "too many" and
+/// closed at once. Root is never turned away (its connections are bounded
+/// by the idle timeout and the file limit alone).
+pub const MAX_PEER_CONNECTIONS: usize = 64;
+/// A connection must send its next request within this, or it is closed
+/// (`refreshctl now --wait` asks every 300 ms).
+pub const IDLE: Duration = Duration::from_secs(30);
+
 pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
+    let others = Arc::new(Semaphore::new(MAX_PEER_CONNECTIONS));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
+                let root = stream.peer_cred().is_ok_and(|c| c.uid() == 0);
+                let permit = if root {
+                    None
+                } else {
+                    match others.clone().try_acquire_owned() {
+                        Ok(p) => Some(p),
+                        Err(_) => {
+                            count(&shared, "connect", "too_many");
+                            tokio::spawn(turn_away(stream));
+                            continue;
+                        }
+                    }
+                };
                 let s = shared.clone();
                 tokio::spawn(async move {
                     if let Err(e) = connection(stream, s).await {
                         tracing::debug!("control connection: {e}");
                     }
+                    drop(permit);
                 });
             }
             Err(e) => {
+                // EMFILE and the like: the next accept after a pause.
                 tracing::warn!("control socket accept: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     }
+}
+
+/// One line saying why, then closed (never waiting on the peer long).
+async fn turn_away(mut stream: UnixStream) {
+    let resp = Response::err(format!(
+        "too many connections from users other than root ({MAX_PEER_CONNECTIONS} open): try again"
+    ));
+    let mut s = serde_json::to_string(&resp).unwrap_or_default();
+    s.push('\n');
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(s.as_bytes())).await;
 }
 
 /// Who is asking.
@@ -120,11 +157,12 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) -> std::io::Result<
     let mut r = BufReader::new(r);
     loop {
         let mut line = Vec::new();
-        let n = (&mut r)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)
-            .await?;
-        if n == 0 {
+        let mut limited = (&mut r).take(MAX_LINE as u64 + 1);
+        let read = limited.read_until(b'\n', &mut line);
+        let Ok(n) = tokio::time::timeout(IDLE, read).await else {
+            return Ok(()); // idle: closed
+        };
+        if n? == 0 {
             return Ok(());
         }
         if line.len() > MAX_LINE {
@@ -239,6 +277,8 @@ fn status(shared: &Shared) -> StatusReply {
                 requests: st.requests,
                 completed: st.completed,
                 last_request: st.last_request.clone(),
+                last_request_round: st.last_request_round.clone(),
+                last_round: st.last_round.clone(),
                 error: st.error.clone(),
                 slot: c.slot_reply(),
             }

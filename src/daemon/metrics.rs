@@ -56,6 +56,11 @@ pub struct Backend {
     pub backend: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SyscallLabel {
+    pub call: String,
+}
+
 type GaugeF = Gauge<f64, AtomicU64>;
 type CounterF = Counter<f64, AtomicU64>;
 
@@ -84,6 +89,8 @@ pub struct Metrics {
     pub requests: Family<Verb, Counter>,
     pub build: Family<Build, Gauge>,
     pub backend: Family<Backend, Gauge>,
+    /// System calls refused (by a sandbox or the kernel), see `refused`.
+    pub syscalls_refused: Family<SyscallLabel, Counter>,
     /// Fleet coordination (slots, etcd).
     pub fleet: super::fleet_metrics::FleetMetrics,
 }
@@ -113,6 +120,7 @@ impl Metrics {
             requests: Family::default(),
             build: Family::default(),
             backend: Family::default(),
+            syscalls_refused: Family::default(),
             fleet: Default::default(),
         };
         m.fleet.register(&mut r);
@@ -141,7 +149,7 @@ impl Metrics {
         );
         r.register(
             "drive_state",
-            "The drive's state (unknown, unjudged, slow, healthy, suspect, degraded, not_recovering): 1 for the current one",
+            "The drive's state (unknown, unjudged, slow, healthy, suspect, degraded, not_recovering, cannot_sample): 1 for the current one",
             m.state.clone(),
         );
         r.register_with_unit(
@@ -227,12 +235,28 @@ impl Metrics {
             "The I/O backend in use",
             m.backend.clone(),
         );
+        r.register(
+            "syscall_refused",
+            "System calls refused by a sandbox or the kernel (the log says once what each costs)",
+            m.syscalls_refused.clone(),
+        );
+        m.sync_refusals();
         m.build
             .get_or_create(&Build {
                 version: env!("CARGO_PKG_VERSION").into(),
             })
             .set(1);
         Metrics { registry: r, ..m }
+    }
+
+    /// Brings the refused-call counters up to the process's counts.
+    pub fn sync_refusals(&self) {
+        for (call, n) in crate::refused::counts() {
+            let c = self.syscalls_refused.get_or_create(&SyscallLabel {
+                call: call.label().into(),
+            });
+            c.inc_by(n.saturating_sub(c.get()));
+        }
     }
 
     /// The text exposition.
@@ -248,6 +272,10 @@ impl Metrics {
             device: device.into(),
         };
         self.set_state(device, HealthState::Unknown);
+        // Measurements: NaN until the first sample (a scrape before it
+        // sees every series, and no value).
+        self.stale_throughput.get_or_create(&dev).set(f64::NAN);
+        self.fresh_throughput.get_or_create(&dev).set(f64::NAN);
         self.stale_bytes.get_or_create(&dev).set(0);
         self.in_progress.get_or_create(&dev).set(0);
         self.refreshed_bytes.get_or_create(&dev).inc_by(0);
@@ -338,6 +366,7 @@ impl Metrics {
             HealthState::Suspect,
             HealthState::Degraded,
             HealthState::NotRecovering,
+            HealthState::CannotSample,
         ] {
             self.state
                 .get_or_create(&DevState {
@@ -357,17 +386,17 @@ impl Metrics {
         let dev = Dev {
             device: device.into(),
         };
-        // Absent (not stale) when there was no stale data to measure.
-        match s.stale.median_bps() {
-            Some(b) => self.stale_throughput.get_or_create(&dev).set(b),
-            None => {
-                self.stale_throughput.remove(&dev);
-                0.0
-            }
-        };
-        if let Some(b) = s.fresh.as_ref().and_then(|f| f.median_bps()) {
-            self.fresh_throughput.get_or_create(&dev).set(b);
-        }
+        // NaN (no value, never a stale one) when there was nothing to
+        // measure: the series is always there.
+        self.stale_throughput
+            .get_or_create(&dev)
+            .set(s.stale.median_bps().unwrap_or(f64::NAN));
+        self.fresh_throughput.get_or_create(&dev).set(
+            s.fresh
+                .as_ref()
+                .and_then(|f| f.median_bps())
+                .unwrap_or(f64::NAN),
+        );
         for (data, m) in [("stale", Some(&s.stale)), ("fresh", s.fresh.as_ref())] {
             if let Some(p) = m.and_then(|m| m.latency_ms) {
                 for (q, v) in [

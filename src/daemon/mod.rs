@@ -6,6 +6,7 @@
 pub mod cells;
 pub mod control;
 pub mod fleet_metrics;
+pub mod http;
 pub mod metrics;
 pub mod round;
 pub mod shared;
@@ -51,6 +52,20 @@ fn lock_state_dir(dir: &Path) -> Result<InstanceLock> {
     }
 }
 
+/// Connections (control, /metrics), files and rings all take descriptors:
+/// the soft limit goes up to the hard one (the unit sets LimitNOFILE=; a
+/// sandbox that forbids setrlimit leaves it as it is).
+fn raise_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        l.current = l.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, l) {
+            tracing::debug!("raising the file limit: {e}");
+        }
+    }
+}
+
 fn notify(state: &[sd_notify::NotifyState<'_>]) {
     let _ = sd_notify::notify(state);
 }
@@ -78,6 +93,7 @@ pub fn run_file(path: &Path) -> Result<()> {
 /// or `stop`.
 pub fn run(cfg: Config, stop: Stop) -> Result<()> {
     let _lock = lock_state_dir(&cfg.state_dir)?;
+    raise_file_limit();
     // The state database must open (and be ours) before anything starts.
     crate::inventory::Store::open(&cfg.state_dir)?;
     // Put back what a killed run moved, before any worker writes again.
@@ -158,14 +174,7 @@ async fn serve(shared: Arc<Shared>, cfg: Config, stop: Stop) -> Result<()> {
         let l = tokio::net::TcpListener::bind(&cfg.metrics_listen)
             .await
             .with_context(|| format!("metrics_listen {}", cfg.metrics_listen))?;
-        let app = axum::Router::new()
-            .route("/metrics", axum::routing::get(metrics_handler))
-            .with_state(shared.clone());
-        Some(tokio::spawn(async move {
-            if let Err(e) = axum::serve(l, app).await {
-                tracing::error!("metrics server: {e}");
-            }
-        }))
+        Some(tokio::spawn(http::serve(l, shared.clone())))
     };
     let control_task = tokio::spawn(control::serve(listener, shared.clone()));
     let mut threads = vec![];
@@ -245,22 +254,14 @@ async fn serve(shared: Arc<Shared>, cfg: Config, stop: Stop) -> Result<()> {
     Ok(())
 }
 
-async fn metrics_handler(
-    axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
-) -> impl axum::response::IntoResponse {
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        {
-            for c in &shared.drives {
-                shared.metrics.set_pace(&c.label, &c.pace);
-            }
-            shared.metrics.fleet.update(&shared);
-            shared.metrics.encode()
-        },
-    )
+/// The metrics, brought up to date for a scrape.
+fn metrics_text(shared: &Shared) -> String {
+    for c in &shared.drives {
+        shared.metrics.set_pace(&c.label, &c.pace);
+    }
+    shared.metrics.fleet.update(shared);
+    shared.metrics.sync_refusals();
+    shared.metrics.encode()
 }
 
 /// SIGHUP: a new config replaces the old one only if it is valid.

@@ -15,8 +15,9 @@ use crate::engine::{Engine, EngineConfig, FileReport, Outcome};
 use crate::inventory::{self, FileRecord, Store};
 use crate::policy::{self, Plan, PlanRules};
 
-use super::shared::{DriveCell, Progress, Shared};
+use super::shared::{DriveCell, Progress, RoundSummary, Shared};
 use super::targets::Roots;
+use crate::protocol::replies::FileProblem;
 
 /// What a round did.
 #[derive(Debug, Default)]
@@ -41,6 +42,8 @@ pub struct RoundResult {
     /// It held a fleet slot but the host had no room (another drive took
     /// the permit first): the slot goes back.
     pub host_busy: bool,
+    /// What it did, file by file, counted (also when it stopped early).
+    pub summary: RoundSummary,
 }
 
 #[cfg(test)]
@@ -59,41 +62,44 @@ fn slot_proven(ticket: Option<&Ticket>) -> bool {
     ticket.is_none_or(Ticket::holds)
 }
 
-/// Why a round stops between files.
+/// Why a round stops between files (`None`: it goes on).
 fn must_stop(
     shared: &Shared,
     cell: &DriveCell,
     s: &Settings,
     ticket: Option<&Ticket>,
     result: &mut RoundResult,
-) -> bool {
-    if shared.stopping() || cell.paused.load(Ordering::Relaxed) {
-        return true;
+) -> Option<&'static str> {
+    if shared.stopping() {
+        return Some("the daemon is stopping");
+    }
+    if cell.paused.load(Ordering::Relaxed) {
+        return Some("paused");
     }
     if !slot_proven(ticket) {
         tracing::warn!("the fleet slot is not held any more: the refresh stops here");
         result.slot_lost = true;
-        return true;
+        return Some("the fleet slot was lost");
     }
     if !s.window.contains(super::worker::local_minute()) {
         tracing::info!("the maintenance window closed: the refresh stops here");
         result.left_window = true;
-        return true;
+        return Some("the maintenance window closed");
     }
     if let Some(fleet) = shared.fleet.as_ref().filter(|_| ticket.is_some()) {
         if let Err(why) = crate::coordination::gate::check(&fleet.cfg) {
             tracing::warn!("health gate: {why}; the refresh stops here and gives its slot back");
             result.gate_failed = Some(why);
-            return true;
+            return Some("the health gate said no");
         }
     }
-    false
+    None
 }
 
 /// The plan for this round, from the database (files refreshed by an
 /// earlier, interrupted round carry their new last_refresh there), and
 /// the record of each entry, in plan order.
-fn plan(
+pub(super) fn plan(
     cell: &DriveCell,
     store: &Store,
     s: &Settings,
@@ -153,6 +159,12 @@ pub fn run(
         return RoundResult {
             finished: true,
             budget_cut,
+            summary: RoundSummary {
+                ended: inventory::now_secs(),
+                forced,
+                finished: true,
+                ..RoundSummary::default()
+            },
             ..RoundResult::default()
         };
     }
@@ -228,6 +240,11 @@ pub fn run(
         },
         refreshed: vec![],
         rescan: false,
+        summary: RoundSummary {
+            forced,
+            planned: plan.files.len() as u64,
+            ..RoundSummary::default()
+        },
     };
     cell.lock().refresh = Some(round.progress.clone());
     tracing::info!(
@@ -239,7 +256,8 @@ pub fn run(
     let roots = Roots::open(&cell.roots);
     let mut finished = true;
     for rec in &records {
-        if must_stop(shared, cell, s, ticket, &mut result) {
+        if let Some(why) = must_stop(shared, cell, s, ticket, &mut result) {
+            round.summary.stopped = Some(why.into());
             finished = false;
             break;
         }
@@ -254,17 +272,27 @@ pub fn run(
     if finished {
         shared.metrics.last_refresh.get_or_create(&dev).set(end);
     }
+    round.summary.ended = end;
+    round.summary.finished = finished;
     let mut st = cell.lock();
     st.refresh = None;
+    st.last_round = Some(round.summary.clone());
     if finished {
         st.last_refresh = Some(end);
         // Done: the plan shown is the next scan's, not this one's.
         st.plan = Default::default();
     }
+    drop(st);
+    let sm = &round.summary;
     tracing::info!(
         finished,
-        files = round.progress.files_done,
-        bytes = round.progress.bytes_done,
+        planned = sm.planned,
+        refreshed = sm.refreshed,
+        skipped = sm.skipped,
+        interrupted = sm.interrupted,
+        failed = sm.failed,
+        bytes = sm.bytes,
+        stopped = sm.stopped.as_deref().unwrap_or(""),
         "refresh ends"
     );
     // A slot lost mid-file shows as an interrupted file.
@@ -273,6 +301,7 @@ pub fn run(
         finished,
         refreshed: round.refreshed,
         rescan: round.rescan,
+        summary: round.summary,
         ..result
     }
 }
@@ -287,6 +316,7 @@ struct Round<'a> {
     progress: Progress,
     refreshed: Vec<FileRecord>,
     rescan: bool,
+    summary: RoundSummary,
 }
 
 impl Round<'_> {
@@ -377,11 +407,31 @@ impl Round<'_> {
     /// survives only an interruption (to resume the same file).
     fn settle(&mut self, rec: &FileRecord, report: &FileReport, done: u64) -> bool {
         let store = self.store;
+        let sm = &mut self.summary;
+        sm.bytes += report.bytes_refreshed;
+        match &report.outcome {
+            Outcome::Refreshed => sm.refreshed += 1,
+            Outcome::Skipped { .. } => sm.skipped += 1,
+            Outcome::Interrupted { reason, .. } => {
+                sm.interrupted += 1;
+                sm.stopped = Some(format!("interrupted: {reason}"));
+            }
+            Outcome::Failed { reason, .. } => {
+                sm.failed += 1;
+                if sm.failures.len() < RoundSummary::KEEP {
+                    sm.failures.push(FileProblem {
+                        path: crate::engine::report::safe_path(&rec.path),
+                        reason: reason.clone(),
+                    });
+                }
+            }
+            Outcome::WouldRefresh => {}
+        }
         match &report.outcome {
             Outcome::Refreshed => {
-                let _ = store.clear_checkpoint(rec.dev, rec.ino);
+                let _ = store.clear_checkpoint(rec.key());
                 let now = inventory::now_secs();
-                let _ = store.mark_refreshed(rec.dev, rec.ino, now, report.generation);
+                let _ = store.mark_refreshed(rec.key(), now, report.generation);
                 self.cell
                     .lock()
                     .today
@@ -396,7 +446,7 @@ impl Round<'_> {
             }
             Outcome::Skipped { reason, detail } => {
                 use crate::engine::SkipReason;
-                let _ = store.clear_checkpoint(rec.dev, rec.ino);
+                let _ = store.clear_checkpoint(rec.key());
                 if matches!(
                     reason,
                     SkipReason::Replaced | SkipReason::Vanished | SkipReason::Symlink
@@ -406,7 +456,7 @@ impl Round<'_> {
                 tracing::info!(path = ?rec.path, %detail, "skipped");
             }
             Outcome::Failed { reason, .. } => {
-                let _ = store.clear_checkpoint(rec.dev, rec.ino);
+                let _ = store.clear_checkpoint(rec.key());
                 tracing::warn!(path = ?rec.path, %reason, "failed");
             }
             Outcome::WouldRefresh => {}

@@ -134,7 +134,7 @@ impl Shared {
     }
 }
 
-pub use crate::protocol::replies::{Progress, SampleRecord};
+pub use crate::protocol::replies::{Progress, RoundSummary, SampleRecord};
 
 /// What `refreshctl now` asked for.
 #[derive(Debug, Clone, Default)]
@@ -160,6 +160,10 @@ pub struct DriveStatus {
     pub diagnosis: Vec<String>,
     /// What the last `refreshctl now` did, in one line.
     pub last_request: Option<String>,
+    /// The rounds the last answered `now` ran, counted.
+    pub last_request_round: Option<RoundSummary>,
+    /// The last refresh round, counted (also one that stopped early).
+    pub last_round: Option<RoundSummary>,
     /// Why a wanted refresh is not running now: "budget" (the daily budget
     /// is spent: it continues the next UTC day), "window", "paused", and
     /// with a fleet "host", "health", "slot", "etcd".

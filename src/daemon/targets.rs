@@ -74,13 +74,14 @@ mod tests {
 
     fn rec(path: &str) -> FileRecord {
         FileRecord {
+            fs: crate::fsid::FsId::Dev(1),
             dev: 1,
             ino: 2,
             path: path.into(),
             size: 0,
             alloc: 0,
-            mtime_ns: 0,
-            btime_ns: 5,
+            mtime: crate::clock::Timestamp::new(0, 0),
+            btime: Some(crate::clock::Timestamp::new(5, 0)),
             generation: Some(7),
             last_refresh: None,
         }

@@ -12,7 +12,7 @@ use crate::inventory::{self, FileRecord, Store};
 use crate::policy::{self, HealthState, Thresholds};
 use crate::sampler::{self, SampleOptions};
 
-use super::shared::{DriveCell, SampleRecord, Shared};
+use super::shared::{DriveCell, RoundSummary, SampleRecord, Shared};
 use super::step::{next_step, Request, Step, View, CONFIRM};
 
 pub(super) fn local_minute() -> u16 {
@@ -42,10 +42,9 @@ struct Loop {
     /// Files just refreshed: the next sample measures them (did it help?),
     /// and whether the budget left others for another day.
     verify: Option<(Vec<FileRecord>, bool)>,
-    /// How far the waiting `now` request got, and what its round did
-    /// (files, bytes).
+    /// How far the waiting `now` request got, and what its rounds did.
     req: Request,
-    req_done: (u64, u64),
+    req_round: Option<RoundSummary>,
     refresh_not_before: Instant,
     /// The daily budget is spent until then.
     budget_until: Option<Instant>,
@@ -55,15 +54,43 @@ struct Loop {
     noted: Option<&'static str>,
 }
 
-/// What a `refreshctl now` did, in one line (shown by `--wait`).
-fn request_outcome(st: &super::shared::DriveStatus, r: Request, done: (u64, u64)) -> String {
+/// What a `refreshctl now` did, in one line (shown by `--wait`): the
+/// round's real counts; "nothing to refresh" only when nothing was planned.
+fn request_outcome(
+    st: &super::shared::DriveStatus,
+    r: Request,
+    round: Option<&RoundSummary>,
+) -> String {
     let state = st.health.state.name();
-    if r.refreshed && done.0 > 0 {
-        return format!(
-            "refreshed {} file(s), {}; verified: {state}",
-            done.0,
-            crate::units::format_size(done.1)
+    if let Some(sm) = round.filter(|sm| r.refreshed && sm.planned > 0) {
+        let mut line = format!(
+            "refreshed {} file(s), {}",
+            sm.refreshed,
+            crate::units::format_size(sm.bytes)
         );
+        let others: Vec<String> = [
+            (sm.skipped, "skipped"),
+            (sm.interrupted, "interrupted"),
+            (sm.failed, "FAILED"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, w)| format!("{n} {w}"))
+        .collect();
+        if !others.is_empty() {
+            line.push_str(&format!(
+                " of {} planned; {}",
+                sm.planned,
+                others.join(", ")
+            ));
+        }
+        for f in &sm.failures {
+            line.push_str(&format!("; failed {}: {}", f.path, f.reason));
+        }
+        if let Some(why) = sm.stopped.as_deref().filter(|_| !sm.finished) {
+            line.push_str(&format!("; stopped: {why}"));
+        }
+        return format!("{line}; verified: {state}");
     }
     if r.refreshed {
         let p = &st.plan;
@@ -113,7 +140,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         next_sample: now,
         verify: None,
         req: Request::default(),
-        req_done: (0, 0),
+        req_round: None,
         refresh_not_before: now,
         budget_until: None,
         slot: super::slot::SlotKeeper::default(),
@@ -181,6 +208,10 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                     l.req.rescanned = true;
                 }
                 scan(&mut store, &cell, &s);
+                // The plan `refreshctl plan` shows: what a round would
+                // rewrite now, from the same rows the stale count is from.
+                let (plan, _) = super::round::plan(&cell, &store, &s, false, None);
+                cell.lock().plan = plan;
                 let stale = cell.lock().stale_bytes;
                 shared.metrics.set_stale_bytes(&cell.label, stale);
                 l.next_scan = Instant::now() + s.scan_interval;
@@ -220,13 +251,14 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                     // a round that must go on queues again.
                     l.slot.release(&cell);
                 }
+                if request.is_some() {
+                    l.req_round
+                        .get_or_insert_with(RoundSummary::default)
+                        .absorb(&r.summary);
+                }
                 if r.finished {
                     if request.is_some() {
                         l.req.refreshed = true;
-                        l.req_done = (
-                            r.refreshed.len() as u64,
-                            r.refreshed.iter().map(|f| f.size).sum(),
-                        );
                     }
                     // Verify at once what was really rewritten: rescan
                     // (ages), then measure those files. An empty round
@@ -255,11 +287,11 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             }
             Step::Answer => {
                 let mut st = cell.lock();
-                st.last_request = Some(request_outcome(&st, l.req, l.req_done));
+                st.last_request = Some(request_outcome(&st, l.req, l.req_round.as_ref()));
+                st.last_request_round = l.req_round.take();
                 st.pending = None;
                 st.completed = st.requests;
                 l.req = Request::default();
-                l.req_done = (0, 0);
             }
             Step::Wait { at_most, .. } => {
                 let st = cell.lock();
@@ -363,17 +395,28 @@ fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) {
     }
     let now = inventory::now_secs();
     let (mut files, mut stale_files, mut stale_bytes) = (0u64, 0u64, 0u64);
+    let mut wrong_clock = 0u64;
     for root in &cell.roots {
         let counted = store.for_each_file(root, &mut |f| {
             files += 1;
+            wrong_clock += u64::from(f.from_a_wrong_clock(now));
             if f.data_age(now) >= s.stale_after {
                 stale_files += 1;
-                stale_bytes += f.size;
+                stale_bytes += f.data_bytes();
             }
         });
         if let Err(e) = counted {
             error = Some(e.to_string());
         }
+    }
+    if wrong_clock > 0 {
+        tracing::warn!(
+            files = wrong_clock,
+            "timestamps in the future (mtime or last refresh more than {} s ahead: a clock \
+             that was wrong): those files count as of unknown age, so they are due; they \
+             are never taken for fresh",
+            crate::clock::FUTURE_TOLERANCE
+        );
     }
     let mut st = cell.lock();
     st.files = files;
@@ -471,6 +514,13 @@ fn sample(
                 .and_then(|(_, at, w)| Some((at, written?.checked_sub(w?)?)));
             shared.metrics.sampled(&cell.label, &sample, now);
             let mut st = cell.lock();
+            if st
+                .error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("cannot sample"))
+            {
+                st.error = None;
+            }
             let was = st.health.state;
             let state = match verification {
                 Some(partial) => st.health.verified(&j, partial),
@@ -517,10 +567,17 @@ fn sample(
             state
         }
         Err(e) => {
-            tracing::error!("sampling: {e}");
+            // Not "unknown" nor "no stale data": what the drive reads at
+            // is not known, and status says why.
+            let why = format!("cannot sample: {e}");
             let mut st = cell.lock();
-            st.error = Some(format!("sampling: {e}"));
-            st.health.state
+            if st.error.as_deref() != Some(why.as_str()) {
+                tracing::error!("{why}");
+            }
+            st.error = Some(why);
+            let state = st.health.cannot_sample();
+            shared.metrics.set_state(&cell.label, state);
+            state
         }
     }
 }

@@ -13,6 +13,8 @@ use rustix::fs::{statx, AtFlags, FileType, Mode, OFlags, StatxAttributes, StatxF
 
 use super::report::SkipReason;
 use super::sys::{self, FsKind};
+use crate::clock::Timestamp;
+use crate::fsid::FsId;
 
 /// A file to refresh: `rel` under the directory `dir`, resolved without
 /// following any symlink and without leaving `dir`'s filesystem.
@@ -29,25 +31,34 @@ pub struct Target {
     pub expect: Option<Identity>,
 }
 
-/// Who a file is: device, inode, birth time and inode generation (the
-/// last two where the filesystem reports them).
+/// Who a file is, across reboots: its filesystem (UUID, btrfs subvolume;
+/// see `fsid`), inode, birth time and inode generation (the last two
+/// where the filesystem reports them). Never `st_dev`, which changes at
+/// boot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity {
-    pub dev: u64,
+    pub fs: FsId,
     pub ino: u64,
-    pub btime_ns: Option<i64>,
+    pub btime: Option<Timestamp>,
     pub generation: Option<u32>,
 }
 
 impl Identity {
-    /// Whether `other` is the same file (unknown parts are not compared).
-    pub fn matches(&self, other: &Identity) -> bool {
-        let same = |a: Option<i64>, b: Option<i64>| a.is_none() || b.is_none() || a == b;
-        let same_gen = |a: Option<u32>, b: Option<u32>| a.is_none() || b.is_none() || a == b;
-        self.dev == other.dev
-            && self.ino == other.ino
-            && same(self.btime_ns, other.btime_ns)
-            && same_gen(self.generation, other.generation)
+    /// Whether a file seen now (`found`, on device `found_dev` this boot)
+    /// is this one (unknown parts are not compared).
+    pub fn matches(&self, found: &Identity, found_dev: u64) -> bool {
+        self.fs.holds(&found.fs, found_dev) && self.same_inode(found)
+    }
+
+    /// Inode, birth time and generation agree (the filesystem is checked
+    /// apart: it needs an open descriptor).
+    pub fn same_inode(&self, found: &Identity) -> bool {
+        fn same<T: PartialEq>(a: Option<T>, b: Option<T>) -> bool {
+            a.is_none() || b.is_none() || a == b
+        }
+        self.ino == found.ino
+            && same(self.btime, found.btime)
+            && same(self.generation, found.generation)
     }
 }
 
@@ -87,14 +98,15 @@ pub struct FileMeta {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
-    pub atime: (i64, u32),
-    pub mtime: (i64, u32),
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
     /// Direct-I/O offset alignment, if the kernel reported one (0: none).
     pub dio_offset_align: Option<u32>,
     pub immutable: Option<bool>,
     pub append: Option<bool>,
-    /// Birth time in ns, where the filesystem reports it.
-    pub btime_ns: Option<i64>,
+    /// Birth time, where the filesystem reports it.
+    pub btime: Option<Timestamp>,
     /// fs-verity: the kernel refuses writes and relocation.
     pub verity: Option<bool>,
     /// fscrypt: relocation would move ciphertext the kernel cannot check.
@@ -103,13 +115,9 @@ pub struct FileMeta {
 
 impl FileMeta {
     pub fn timestamps(&self) -> Timestamps {
-        let ts = |(s, n): (i64, u32)| rustix::fs::Timespec {
-            tv_sec: s,
-            tv_nsec: n.into(),
-        };
         Timestamps {
-            last_access: ts(self.atime),
-            last_modification: ts(self.mtime),
+            last_access: self.atime.to_timespec(),
+            last_modification: self.mtime.to_timespec(),
         }
     }
 }
@@ -137,13 +145,14 @@ pub fn meta(fd: BorrowedFd<'_>) -> io::Result<FileMeta> {
         mode: u32::from(st.stx_mode),
         uid: st.stx_uid,
         gid: st.stx_gid,
-        atime: (st.stx_atime.tv_sec, st.stx_atime.tv_nsec),
-        mtime: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
+        atime: Timestamp::from_statx(st.stx_atime),
+        mtime: Timestamp::from_statx(st.stx_mtime),
+        ctime: Timestamp::from_statx(st.stx_ctime),
         dio_offset_align: dio,
         immutable: attr(StatxAttributes::IMMUTABLE),
         append: attr(StatxAttributes::APPEND),
-        btime_ns: (st.stx_mask & StatxFlags::BTIME.bits() != 0)
-            .then(|| st.stx_btime.tv_sec * 1_000_000_000 + i64::from(st.stx_btime.tv_nsec)),
+        btime: (st.stx_mask & StatxFlags::BTIME.bits() != 0)
+            .then(|| Timestamp::from_statx(st.stx_btime)),
         verity: attr(StatxAttributes::VERITY),
         encrypted: attr(StatxAttributes::ENCRYPTED),
     })
@@ -180,6 +189,20 @@ pub struct Opened {
     pub lease_taken_at: std::time::Instant,
     /// The inode generation, where the filesystem has one.
     pub generation: Option<u32>,
+    /// The filesystem's identity (UUID; see `fsid`).
+    pub fs_id: FsId,
+}
+
+impl Opened {
+    /// Who the file is.
+    pub fn identity(&self) -> Identity {
+        Identity {
+            fs: self.fs_id,
+            ino: self.meta.ino,
+            btime: self.meta.btime,
+            generation: self.generation,
+        }
+    }
 }
 
 impl Opened {
@@ -250,13 +273,14 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
         return Err(Refusal::Skip(SkipReason::NotRegular, kind.to_string()));
     }
     if let Some(want) = &t.expect {
+        // The filesystem and generation are checked once the file is open.
         let found = Identity {
-            dev: m.dev,
+            fs: want.fs,
             ino: m.ino,
-            btime_ns: m.btime_ns,
+            btime: m.btime,
             generation: None,
         };
-        if !want.matches(&found) {
+        if !want.same_inode(&found) {
             return Err(Refusal::Skip(
                 SkipReason::Replaced,
                 "not the file the inventory knows there (replaced since the scan)".into(),
@@ -374,9 +398,20 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
         }
     }
     let generation = sys::inode_generation(fd.as_fd()).ok();
-    if let Some(want) = t.expect.and_then(|e| e.generation) {
-        if let Some(found) = generation {
-            if found != want {
+    let fs_id = crate::fsid::of(fd.as_fd())
+        .map_err(|e| Refusal::Fail(format!("reading the filesystem's identity: {e}")))?;
+    if let Some(want) = &t.expect {
+        if !want.fs.holds(&fs_id, m.dev) {
+            return Err(Refusal::Skip(
+                SkipReason::Replaced,
+                format!(
+                    "on another filesystem ({fs_id}) than the inventory's ({})",
+                    want.fs
+                ),
+            ));
+        }
+        if let (Some(w), Some(found)) = (want.generation, generation) {
+            if found != w {
                 return Err(Refusal::Skip(
                     SkipReason::Replaced,
                     "inode generation differs from the inventory's (a new file)".into(),
@@ -428,5 +463,6 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
         leased,
         lease_taken_at,
         generation,
+        fs_id,
     })
 }

@@ -19,6 +19,7 @@ use super::plan::{self, Chunk, PlanParams};
 use super::report::{Outcome, Range, ReadError, SkipReason};
 use super::sys::{read_exact_at, write_all_at};
 use super::throttle::{StopReason, Throttle, Watch};
+use crate::clock::Timestamp;
 use crate::inventory::journal::{self, Entry, Record};
 
 /// The executor's watch on a real file: cancel, the lease, free space.
@@ -54,9 +55,8 @@ impl Watch for FileWatch<'_, '_> {
         };
         match rustix::fs::fstat(self.fd) {
             Ok(st) => {
-                let ns = |s: i64, n: u64| s * 1_000_000_000 + n as i64;
-                let m = ns(st.st_mtime, st.st_mtime_nsec);
-                let c = ns(st.st_ctime, st.st_ctime_nsec);
+                let m = Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec);
+                let c = Timestamp::from_stat(st.st_ctime, st.st_ctime_nsec);
                 if let Err(e) = r.observe(m, c) {
                     tracing::warn!("updating the recovery record: {e}");
                 }
@@ -264,8 +264,8 @@ fn begin_record(j: &journal::Journal, fd: BorrowedFd<'_>) -> io::Result<Record> 
         version: journal::VERSION,
         path,
         taken,
-        left_mtime_ns: taken.mtime_ns,
-        left_ctime_ns: taken.ctime_ns,
+        left_mtime: taken.mtime,
+        left_ctime: taken.ctime,
         lease_broken: false,
     })
 }

@@ -8,8 +8,10 @@
 //! rewritten, one record in `state_dir/journal/`:
 //!
 //! 1. Written and `fdatasync`ed under the write lease, *before the first
-//!    write*: identity (dev, ino, btime, inode generation), the atime and
-//!    mtime to put back, and the (mtime, ctime) the file has now.
+//!    write*: identity (filesystem UUID, ino, btime, inode generation: it
+//!    survives a reboot that renumbers devices), the atime and mtime to
+//!    put back, and the (mtime, ctime) the file has now. Times are
+//!    (seconds, nanoseconds): any date `statx` can return.
 //! 2. Updated whenever no write of ours is in flight and the file's
 //!    (mtime, ctime) moved: it is then exactly what refreshd's own writes
 //!    left, because under the lease nobody else can change the file.
@@ -51,22 +53,25 @@ use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
-/// The record format this refreshd writes and reads.
-pub const VERSION: u32 = 1;
+use crate::clock::Timestamp;
+use crate::fsid::FsId;
 
-/// A timestamp in nanoseconds since the epoch.
-pub type Nanos = i64;
+/// The record format this refreshd writes (it reads version 1 too).
+pub const VERSION: u32 = 2;
 
 /// Who the file is, and its times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Observed {
+    /// The filesystem (UUID; see `fsid`).
+    pub fs: FsId,
+    /// `st_dev` when observed (this boot; a [`FsId::Dev`] is matched by it).
     pub dev: u64,
     pub ino: u64,
-    pub btime_ns: Option<Nanos>,
+    pub btime: Option<Timestamp>,
     pub generation: Option<u32>,
-    pub atime_ns: Nanos,
-    pub mtime_ns: Nanos,
-    pub ctime_ns: Nanos,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
 }
 
 /// One record.
@@ -78,10 +83,68 @@ pub struct Entry {
     /// The file when the refresh took it, under the lease.
     pub taken: Observed,
     /// (mtime, ctime) as refreshd's own last write left them.
-    pub left_mtime_ns: Nanos,
-    pub left_ctime_ns: Nanos,
+    pub left_mtime: Timestamp,
+    pub left_ctime: Timestamp,
     /// The lease was seen breaking: another process may have written.
     pub lease_broken: bool,
+}
+
+impl Entry {
+    /// Whether the record vouches for a file whose (mtime, ctime) are
+    /// these: exactly what refreshd's own last write left.
+    pub fn vouches_for(&self, mtime: Timestamp, ctime: Timestamp) -> bool {
+        !self.lease_broken && (mtime, ctime) == (self.left_mtime, self.left_ctime)
+    }
+}
+
+/// Version 1 records (times in i64 nanoseconds, identity by st_dev): read
+/// so that a crash just before an upgrade is still recovered (the device
+/// numbers hold until the next reboot).
+mod v1 {
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    pub struct Observed {
+        pub dev: u64,
+        pub ino: u64,
+        pub btime_ns: Option<i64>,
+        pub generation: Option<u32>,
+        pub atime_ns: i64,
+        pub mtime_ns: i64,
+        pub ctime_ns: i64,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct Entry {
+        pub path: std::path::PathBuf,
+        pub taken: Observed,
+        pub left_mtime_ns: i64,
+        pub left_ctime_ns: i64,
+        pub lease_broken: bool,
+    }
+}
+
+impl From<v1::Entry> for Entry {
+    fn from(e: v1::Entry) -> Entry {
+        let t = e.taken;
+        Entry {
+            version: 1,
+            path: e.path,
+            taken: Observed {
+                fs: FsId::Dev(t.dev),
+                dev: t.dev,
+                ino: t.ino,
+                btime: t.btime_ns.map(Timestamp::from_nanos),
+                generation: t.generation,
+                atime: Timestamp::from_nanos(t.atime_ns),
+                mtime: Timestamp::from_nanos(t.mtime_ns),
+                ctime: Timestamp::from_nanos(t.ctime_ns),
+            },
+            left_mtime: Timestamp::from_nanos(e.left_mtime_ns),
+            left_ctime: Timestamp::from_nanos(e.left_ctime_ns),
+            lease_broken: e.lease_broken,
+        }
+    }
 }
 
 /// What recovery decides for a record.
@@ -96,20 +159,20 @@ pub enum Verdict {
 /// The decision, from the record and the file as it is now (under a lease).
 pub fn decide(e: &Entry, now: &Observed) -> Verdict {
     let t = &e.taken;
-    let same_file = t.dev == now.dev
+    let same_file = t.fs.holds(&now.fs, now.dev)
         && t.ino == now.ino
-        && (t.btime_ns.is_none() || t.btime_ns == now.btime_ns)
+        && (t.btime.is_none() || t.btime == now.btime)
         && (t.generation.is_none() || t.generation == now.generation);
     if !same_file {
         return Verdict::Leave("another file is there now");
     }
-    if now.mtime_ns == t.mtime_ns {
+    if now.mtime == t.mtime {
         return Verdict::Leave("its mtime is already the original one");
     }
     if e.lease_broken {
         return Verdict::Leave("the lease was broken: another process may have written");
     }
-    if (now.mtime_ns, now.ctime_ns) != (e.left_mtime_ns, e.left_ctime_ns) {
+    if !e.vouches_for(now.mtime, now.ctime) {
         return Verdict::Leave("changed since refreshd's last write");
     }
     Verdict::Restore
@@ -127,14 +190,19 @@ fn decode(bytes: &[u8]) -> Result<Entry, String> {
     if format!("{:016x}", xxh3_64(json.as_bytes())) != sum {
         return Err("checksum mismatch (torn or corrupt record)".into());
     }
-    let e: Entry = serde_json::from_str(json).map_err(|e| e.to_string())?;
-    if e.version != VERSION {
-        return Err(format!(
-            "record version {} (this refreshd knows {VERSION})",
-            e.version
-        ));
+    let version = serde_json::from_str::<serde_json::Value>(json)
+        .map_err(|e| e.to_string())?
+        .get("version")
+        .and_then(serde_json::Value::as_u64);
+    match version {
+        Some(1) => Ok(serde_json::from_str::<v1::Entry>(json)
+            .map_err(|e| e.to_string())?
+            .into()),
+        Some(v) if v == u64::from(VERSION) => serde_json::from_str(json).map_err(|e| e.to_string()),
+        v => Err(format!(
+            "record version {v:?} (this refreshd knows 1 and {VERSION})"
+        )),
     }
-    Ok(e)
 }
 
 /// The journal directory, and this process's records in it (see
@@ -162,8 +230,8 @@ impl Journal {
         &self.owner.dir
     }
 
-    fn name(dev: u64, ino: u64) -> String {
-        format!("{dev}-{ino}")
+    fn name(fs: FsId, ino: u64) -> String {
+        format!("{}-{ino}", fs.key())
     }
 
     /// Writes a new record and syncs its data before the caller's first
@@ -171,7 +239,7 @@ impl Journal {
     /// file is the journal's cost): after a power cut that loses it,
     /// recovery finds no record and leaves the mtime moved, never wrong.
     pub fn begin(&self, e: Entry) -> io::Result<Record> {
-        let path = self.dir().join(Self::name(e.taken.dev, e.taken.ino));
+        let path = self.dir().join(Self::name(e.taken.fs, e.taken.ino));
         let mut file = File::options()
             .create(true)
             .truncate(true)
@@ -201,6 +269,12 @@ impl Journal {
     }
 }
 
+/// Reads one record file (tools, tests: what a recovery would act on).
+pub fn read_record(path: &Path) -> Result<Entry, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    decode(&bytes)
+}
+
 /// Reads record files (a file gone meanwhile was finished by its owner).
 fn read_records(files: Vec<PathBuf>) -> Vec<(PathBuf, Result<Entry, String>)> {
     let mut out = vec![];
@@ -226,12 +300,12 @@ impl Record {
     /// The file's times after our own writes (no write of ours in flight):
     /// recorded if they moved. Not synced: a lost update makes recovery
     /// leave the file alone, never restore wrongly.
-    pub fn observe(&mut self, mtime_ns: Nanos, ctime_ns: Nanos) -> io::Result<()> {
-        if (mtime_ns, ctime_ns) == (self.entry.left_mtime_ns, self.entry.left_ctime_ns) {
+    pub fn observe(&mut self, mtime: Timestamp, ctime: Timestamp) -> io::Result<()> {
+        if (mtime, ctime) == (self.entry.left_mtime, self.entry.left_ctime) {
             return Ok(());
         }
-        self.entry.left_mtime_ns = mtime_ns;
-        self.entry.left_ctime_ns = ctime_ns;
+        self.entry.left_mtime = mtime;
+        self.entry.left_ctime = ctime;
         self.file.write_all_at(&encode(&self.entry), 0)
     }
 
@@ -259,15 +333,16 @@ impl Record {
 pub fn observe(fd: BorrowedFd<'_>) -> io::Result<Observed> {
     let want = StatxFlags::BASIC_STATS | StatxFlags::BTIME;
     let st = rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, want)?;
-    let ns = |t: rustix::fs::StatxTimestamp| t.tv_sec * 1_000_000_000 + i64::from(t.tv_nsec);
+    let ts = Timestamp::from_statx;
     Ok(Observed {
+        fs: crate::fsid::of(fd)?,
         dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
         ino: st.stx_ino,
-        btime_ns: (st.stx_mask & StatxFlags::BTIME.bits() != 0).then(|| ns(st.stx_btime)),
+        btime: (st.stx_mask & StatxFlags::BTIME.bits() != 0).then(|| ts(st.stx_btime)),
         generation: crate::engine::sys::inode_generation(fd).ok(),
-        atime_ns: ns(st.stx_atime),
-        mtime_ns: ns(st.stx_mtime),
-        ctime_ns: ns(st.stx_ctime),
+        atime: ts(st.stx_atime),
+        mtime: ts(st.stx_mtime),
+        ctime: ts(st.stx_ctime),
     })
 }
 
@@ -362,13 +437,9 @@ fn recover_one(e: &Entry) -> RecoveryOutcome {
         match verdict {
             Verdict::Leave(why) => Err(Left(why.into())),
             Verdict::Restore => {
-                let ts = |n: Nanos| rustix::fs::Timespec {
-                    tv_sec: n.div_euclid(1_000_000_000),
-                    tv_nsec: n.rem_euclid(1_000_000_000) as _,
-                };
                 let times = rustix::fs::Timestamps {
-                    last_access: ts(e.taken.atime_ns),
-                    last_modification: ts(e.taken.mtime_ns),
+                    last_access: e.taken.atime.to_timespec(),
+                    last_modification: e.taken.mtime.to_timespec(),
                 };
                 rustix::fs::futimens(&fd, &times).map_err(|err| {
                     Left(format!("restoring the times: {}", io::Error::from(err)))

@@ -11,19 +11,23 @@ use std::sync::mpsc::SyncSender;
 
 use rustix::fs::{statx, AtFlags, Dir, FileType, Mode, OFlags, StatxFlags};
 
+use crate::clock::Timestamp;
+use crate::fsid::FsId;
+
 /// One regular file as the walk saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub name: Vec<u8>,
+    /// `st_dev` (this boot: hard links, display).
     pub dev: u64,
     pub ino: u64,
     pub nlink: u64,
     pub size: u64,
     /// Allocated bytes (st_blocks × 512).
     pub alloc: u64,
-    pub mtime_ns: i64,
-    /// Birth time where the filesystem records it (ext4, XFS, btrfs), else 0.
-    pub btime_ns: i64,
+    pub mtime: Timestamp,
+    /// Birth time where the filesystem records it (ext4, XFS, btrfs).
+    pub btime: Option<Timestamp>,
 }
 
 /// One directory's regular files.
@@ -32,6 +36,19 @@ pub struct Batch {
     /// Absolute path of the directory.
     pub dir: PathBuf,
     pub files: Vec<Entry>,
+    /// Every entry was read: rows of files not in `files` are gone.
+    /// `false` when reading the directory failed part way (its other rows
+    /// are kept: a file that cannot be listed is not a deleted file).
+    pub complete: bool,
+}
+
+/// What the walk sends: the root's filesystem first, then a batch per
+/// directory.
+#[derive(Debug)]
+pub enum Walked {
+    /// The identity of the root's filesystem (every file walked is on it).
+    Root(FsId),
+    Dir(Batch),
 }
 
 /// Something the walk could not read; the walk goes on.
@@ -41,16 +58,12 @@ pub struct WalkProblem {
     pub error: io::Error,
 }
 
-fn ns(t: rustix::fs::StatxTimestamp) -> i64 {
-    t.tv_sec.saturating_mul(1_000_000_000) + i64::from(t.tv_nsec)
-}
-
 /// Walks `root` (a directory) and sends a batch per directory. Stops early
 /// when the receiver hangs up. Subdirectories on other filesystems (mount
 /// points, btrfs subvolumes) are not entered.
 pub fn walk(
     root: &Path,
-    tx: &SyncSender<Batch>,
+    tx: &SyncSender<Walked>,
     problems: &mut Vec<WalkProblem>,
 ) -> io::Result<()> {
     let root_fd: OwnedFd = rustix::fs::open(
@@ -59,6 +72,10 @@ pub fn walk(
         Mode::empty(),
     )?;
     let root_dev = rustix::fs::fstat(&root_fd)?.st_dev;
+    let fs = crate::fsid::of(root_fd.as_fd())?;
+    if tx.send(Walked::Root(fs)).is_err() {
+        return Ok(());
+    }
     let mask = StatxFlags::TYPE
         | StatxFlags::INO
         | StatxFlags::NLINK
@@ -83,6 +100,7 @@ pub fn walk(
         };
         let mut files = Vec::new();
         let mut subdirs = Vec::new();
+        let mut complete = true;
         let mut dir = match Dir::read_from(&dir_fd) {
             Ok(d) => d,
             Err(e) => {
@@ -101,6 +119,7 @@ pub fn walk(
                         path: abs.clone(),
                         error: e.into(),
                     });
+                    complete = false;
                     break;
                 }
             };
@@ -113,8 +132,17 @@ pub fn walk(
                 FileType::RegularFile | FileType::Directory | FileType::Unknown => {}
                 _ => continue, // symlinks, devices, sockets, fifos
             }
-            let Ok(st) = statx(&dir_fd, name, AtFlags::SYMLINK_NOFOLLOW, mask) else {
-                continue; // vanished
+            let st = match statx(&dir_fd, name, AtFlags::SYMLINK_NOFOLLOW, mask) {
+                Ok(st) => st,
+                Err(rustix::io::Errno::NOENT) => continue, // vanished
+                Err(e) => {
+                    problems.push(WalkProblem {
+                        path: abs.join(OsStr::from_bytes(bytes)),
+                        error: e.into(),
+                    });
+                    complete = false;
+                    continue;
+                }
             };
             let ft = FileType::from_raw_mode(u32::from(st.stx_mode));
             if ft == FileType::Directory {
@@ -135,11 +163,16 @@ pub fn walk(
                 nlink: u64::from(st.stx_nlink),
                 size: st.stx_size,
                 alloc: st.stx_blocks * 512,
-                mtime_ns: ns(st.stx_mtime),
-                btime_ns: if has_btime { ns(st.stx_btime) } else { 0 },
+                mtime: Timestamp::from_statx(st.stx_mtime),
+                btime: has_btime.then(|| Timestamp::from_statx(st.stx_btime)),
             });
         }
-        if tx.send(Batch { dir: abs, files }).is_err() {
+        let batch = Batch {
+            dir: abs,
+            files,
+            complete,
+        };
+        if tx.send(Walked::Dir(batch)).is_err() {
             return Ok(());
         }
         subdirs.sort();

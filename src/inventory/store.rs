@@ -1,18 +1,25 @@
-//! SQLite state: files and directories, scanned incrementally.
+//! SQLite state: files and directories, scanned incrementally, and
+//! checkpoints and drive baselines. The schema and its migrations are in
+//! `migrate`; applying a walk (short transactions) in `apply`.
 
-use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
-use super::scan::{self, Entry, WalkProblem};
+use super::record::{FileKey, FileRecord};
+use super::scan::{self, WalkProblem};
+use crate::clock::Timestamp;
+use crate::fsid::FsId;
 
-const SCHEMA_VERSION: i64 = 1;
+mod apply;
+pub mod migrate;
+
+pub use migrate::SCHEMA_VERSION;
 
 /// Error of the state database.
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +30,11 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
-    #[error("state database {path} has schema version {found}, this refreshd knows {SCHEMA_VERSION}: move it away to start over")]
+    #[error(
+        "state database {path} has schema version {found}, written by a newer refreshd \
+         (this one knows {SCHEMA_VERSION}): run the newer refreshd, or move the state \
+         directory away to start over (refresh history and checkpoints are lost)"
+    )]
     Version { path: PathBuf, found: i64 },
     #[error("{path}: {source}")]
     Io {
@@ -35,45 +46,6 @@ pub enum StoreError {
 
 /// A file row and two optional extra columns.
 type RowWithExtra = (FileRecord, Option<(i64, i64)>);
-
-/// One file of the inventory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FileRecord {
-    pub dev: u64,
-    pub ino: u64,
-    pub path: PathBuf,
-    pub size: u64,
-    pub alloc: u64,
-    pub mtime_ns: i64,
-    pub btime_ns: i64,
-    pub generation: Option<u32>,
-    /// When refreshd last rewrote it (seconds since the epoch).
-    pub last_refresh: Option<i64>,
-}
-
-impl FileRecord {
-    /// When its data was last written: max(mtime, last refresh), seconds.
-    pub fn data_written(&self) -> i64 {
-        let m = self.mtime_ns.div_euclid(1_000_000_000);
-        self.last_refresh.map_or(m, |r| r.max(m))
-    }
-
-    /// Who the file is, as the inventory knows it (a btime of 0 means the
-    /// filesystem reported none).
-    pub fn identity(&self) -> crate::engine::guard::Identity {
-        crate::engine::guard::Identity {
-            dev: self.dev,
-            ino: self.ino,
-            btime_ns: (self.btime_ns != 0).then_some(self.btime_ns),
-            generation: self.generation,
-        }
-    }
-
-    /// Age of its data at `now` (seconds since the epoch), never negative.
-    pub fn data_age(&self, now: i64) -> Duration {
-        Duration::from_secs(u64::try_from(now - self.data_written()).unwrap_or(0))
-    }
-}
 
 /// What a scan did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -87,6 +59,9 @@ pub struct ScanStats {
     /// Hard links beyond the first (each file is counted once).
     pub extra_links: u64,
     pub seconds: f64,
+    /// Directories (or entries) the walk could not read: their rows are
+    /// kept, and the reasons are in `problems`.
+    pub unreadable: u64,
     #[serde(skip)]
     pub problems: Vec<String>,
 }
@@ -143,78 +118,36 @@ impl Store {
         })
     }
 
-    fn init(conn: Connection, path: PathBuf) -> Result<Store, StoreError> {
-        let store = Store { conn, path };
-        store.db(store.conn.execute_batch(
-            // busy_timeout first: switching to WAL needs a lock another
-            // connection (another drive's worker) may hold at that moment.
-            // 30 s: one drive's scan holds the write lock for its whole walk.
+    fn init(mut conn: Connection, path: PathBuf) -> Result<Store, StoreError> {
+        let db = |source| StoreError::Db {
+            path: path.clone(),
+            source,
+        };
+        // busy_timeout first: switching to WAL needs a lock another
+        // connection (another drive's worker) may hold at that moment.
+        // A scan holds the write lock for at most ~100 ms at a time.
+        conn.execute_batch(
             "PRAGMA busy_timeout = 30000;
              PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
-             PRAGMA cache_size = -16384;
-             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-             CREATE TABLE IF NOT EXISTS dirs (
-                 id INTEGER PRIMARY KEY,
-                 path BLOB NOT NULL UNIQUE
-             );
-             CREATE TABLE IF NOT EXISTS files (
-                 dev INTEGER NOT NULL,
-                 ino INTEGER NOT NULL,
-                 dir INTEGER NOT NULL,
-                 name BLOB NOT NULL,
-                 size INTEGER NOT NULL,
-                 alloc INTEGER NOT NULL,
-                 mtime_ns INTEGER NOT NULL,
-                 btime_ns INTEGER NOT NULL,
-                 generation INTEGER,
-                 last_refresh INTEGER,
-                 PRIMARY KEY (dev, ino)
-             ) WITHOUT ROWID;
-             CREATE INDEX IF NOT EXISTS files_by_dir ON files (dir);
-             CREATE TABLE IF NOT EXISTS baselines (
-                 drive TEXT PRIMARY KEY,
-                 fresh_bps REAL NOT NULL,
-                 at INTEGER NOT NULL,
-                 written INTEGER
-             );
-             CREATE TABLE IF NOT EXISTS checkpoints (
-                 dev INTEGER NOT NULL,
-                 ino INTEGER NOT NULL,
-                 btime_ns INTEGER NOT NULL,
-                 mtime_ns INTEGER NOT NULL,
-                 size INTEGER NOT NULL,
-                 done INTEGER NOT NULL,
-                 updated INTEGER NOT NULL,
-                 PRIMARY KEY (dev, ino)
-             ) WITHOUT ROWID;",
-        ))?;
-        let version: Option<i64> = store.db(store
-            .conn
-            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
-                r.get(0)
-            })
-            .optional())?;
-        match version {
-            None => {
-                store.db(store.conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
-                    [SCHEMA_VERSION],
-                ))?;
-            }
-            Some(SCHEMA_VERSION) => {}
-            Some(found) => {
-                return Err(StoreError::Version {
-                    path: store.path.clone(),
-                    found,
-                })
-            }
+             PRAGMA cache_size = -16384;",
+        )
+        .map_err(db)?;
+        match migrate::open(&mut conn).map_err(db)? {
+            migrate::Opened::Current => {}
+            migrate::Opened::Migrated { from, devices } => tracing::warn!(
+                "state database {} migrated from schema {from} to {SCHEMA_VERSION} \
+                 ({devices} filesystem(s) now named by UUID, not device number)",
+                path.display()
+            ),
+            migrate::Opened::Newer(found) => return Err(StoreError::Version { path, found }),
         }
-        Ok(store)
+        Ok(Store { conn, path })
     }
 
     /// Scans `root` (an absolute directory) and brings the rows under it up
-    /// to date.
+    /// to date. The walk runs on its own thread and hands over a batch per
+    /// directory; the database is written in short transactions.
     pub fn scan(&mut self, root: &Path) -> Result<ScanStats, StoreError> {
         let started = Instant::now();
         let mut stats = ScanStats::default();
@@ -231,192 +164,38 @@ impl Store {
                 path: root.into(),
                 source,
             })?;
-
-        let path = self.path.clone();
-        let dberr = |source| StoreError::Db {
-            path: path.clone(),
-            source,
-        };
-        // IMMEDIATE: take the write lock up front. A deferred transaction
-        // that reads first and writes later gets SQLITE_BUSY at once (no
-        // busy wait) when another drive's worker wrote meanwhile.
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(dberr)?;
-        let mut dirs: HashMap<Vec<u8>, i64> = HashMap::new();
-        {
-            let mut q = tx.prepare("SELECT id, path FROM dirs").map_err(dberr)?;
-            let rows = q
-                .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
-                .map_err(dberr)?;
-            for row in rows {
-                let (id, p) = row.map_err(dberr)?;
-                dirs.insert(p, id);
-            }
-        }
-        let empty_db = dirs.is_empty();
-        let mut visited: HashSet<i64> = HashSet::new();
-        let mut linked: HashSet<(u64, u64)> = HashSet::new();
-        // Rows missing from their directory's listing: deleted or renamed
-        // into a directory not scanned yet. Settled at the end.
-        let mut missing: Vec<(u64, u64, i64)> = vec![];
-        {
-            let mut insert_dir = tx
-                .prepare("INSERT INTO dirs (path) VALUES (?1)")
-                .map_err(dberr)?;
-            let mut rows_of = tx
-                .prepare(
-                    "SELECT dev, ino, name, size, alloc, mtime_ns, btime_ns FROM files WHERE dir = ?1",
-                )
-                .map_err(dberr)?;
-            let mut upsert = tx
-                .prepare(
-                    "INSERT INTO files (dev, ino, dir, name, size, alloc, mtime_ns, btime_ns)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                     ON CONFLICT (dev, ino) DO UPDATE SET
-                         dir = excluded.dir, name = excluded.name, size = excluded.size,
-                         alloc = excluded.alloc, mtime_ns = excluded.mtime_ns,
-                         generation = CASE WHEN btime_ns = excluded.btime_ns THEN generation END,
-                         last_refresh = CASE WHEN btime_ns = excluded.btime_ns THEN last_refresh END,
-                         btime_ns = excluded.btime_ns",
-                )
-                .map_err(dberr)?;
-            let mut exists = tx
-                .prepare("SELECT 1 FROM files WHERE dev = ?1 AND ino = ?2")
-                .map_err(dberr)?;
-            for batch in rx {
-                stats.dirs += 1;
-                let key = batch.dir.as_os_str().as_bytes().to_vec();
-                let (id, known) = match dirs.get(&key) {
-                    Some(&id) => {
-                        let mut known: HashMap<(u64, u64), Entry> = HashMap::new();
-                        let rows = rows_of
-                            .query_map([id], |r| {
-                                Ok(Entry {
-                                    dev: r.get::<_, i64>(0)? as u64,
-                                    ino: r.get::<_, i64>(1)? as u64,
-                                    name: r.get(2)?,
-                                    size: r.get::<_, i64>(3)? as u64,
-                                    alloc: r.get::<_, i64>(4)? as u64,
-                                    mtime_ns: r.get(5)?,
-                                    btime_ns: r.get(6)?,
-                                    nlink: 0,
-                                })
-                            })
-                            .map_err(dberr)?;
-                        for row in rows {
-                            let e = row.map_err(dberr)?;
-                            known.insert((e.dev, e.ino), e);
-                        }
-                        (id, known)
-                    }
-                    None => {
-                        insert_dir.execute([&key]).map_err(dberr)?;
-                        let id = tx.last_insert_rowid();
-                        dirs.insert(key, id);
-                        (id, HashMap::new())
-                    }
-                };
-                visited.insert(id);
-                let mut known = known;
-                for e in &batch.files {
-                    if e.nlink > 1 && !linked.insert((e.dev, e.ino)) {
-                        stats.extra_links += 1;
-                        continue;
-                    }
-                    stats.files += 1;
-                    stats.bytes += e.size;
-                    let old = known.remove(&(e.dev, e.ino));
-                    let same = old.as_ref().is_some_and(|o| {
-                        o.name == e.name
-                            && o.size == e.size
-                            && o.alloc == e.alloc
-                            && o.mtime_ns == e.mtime_ns
-                            && o.btime_ns == e.btime_ns
-                    });
-                    if same {
-                        continue;
-                    }
-                    // A file new to this directory may have moved here.
-                    let moved = old.is_none()
-                        && !empty_db
-                        && exists
-                            .exists(params![e.dev as i64, e.ino as i64])
-                            .map_err(dberr)?;
-                    let changed = upsert
-                        .execute(params![
-                            e.dev as i64,
-                            e.ino as i64,
-                            id,
-                            e.name,
-                            e.size as i64,
-                            e.alloc as i64,
-                            e.mtime_ns,
-                            e.btime_ns
-                        ])
-                        .map_err(dberr)?;
-                    debug_assert_eq!(changed, 1);
-                    if old.is_some() || moved {
-                        stats.changed += 1;
-                    } else {
-                        stats.added += 1;
-                    }
-                }
-                missing.extend(known.into_keys().map(|(d, i)| (d, i, id)));
-            }
-            let mut delete = tx
-                .prepare("DELETE FROM files WHERE dev = ?1 AND ino = ?2 AND dir = ?3")
-                .map_err(dberr)?;
-            for (dev, ino, dir) in missing {
-                stats.removed += delete
-                    .execute(params![dev as i64, ino as i64, dir])
-                    .map_err(dberr)? as u64;
-            }
-            // Directories under the root that the walk did not see are gone.
-            let mut prefix = root.as_os_str().as_bytes().to_vec();
-            let gone: Vec<i64> = dirs
-                .iter()
-                .filter(|(p, id)| {
-                    !visited.contains(id)
-                        && (p.as_slice() == prefix.as_slice() || {
-                            prefix.push(b'/');
-                            let under = p.starts_with(&prefix);
-                            prefix.pop();
-                            under
-                        })
-                })
-                .map(|(_, &id)| id)
-                .collect();
-            let mut delete_files = tx
-                .prepare("DELETE FROM files WHERE dir = ?1")
-                .map_err(dberr)?;
-            let mut delete_dir = tx
-                .prepare("DELETE FROM dirs WHERE id = ?1")
-                .map_err(dberr)?;
-            for id in gone {
-                stats.removed += delete_files.execute([id]).map_err(dberr)? as u64;
-                delete_dir.execute([id]).map_err(dberr)?;
-            }
-        }
+        let applied = apply::apply(self, rx, &mut stats);
         let (walked, problems) = walker.join().unwrap_or_else(|_| {
             (
                 Err(std::io::Error::other("the walk thread panicked")),
                 vec![],
             )
         });
+        let applied = applied?;
         if let Err(source) = walked {
-            // The root itself is unreadable: change nothing.
-            drop(tx);
+            // The root itself is unreadable: nothing is deleted.
             return Err(StoreError::Io {
                 path: root.into(),
                 source,
             });
         }
-        tx.commit().map_err(dberr)?;
+        let unreadable: Vec<PathBuf> = problems.iter().map(|p| p.path.clone()).collect();
+        applied
+            .settle(self, root, &unreadable, &mut stats)
+            .map_err(|source| StoreError::Db {
+                path: self.path.clone(),
+                source,
+            })?;
+        stats.unreadable = problems.len() as u64;
         stats.problems = problems
             .into_iter()
-            .map(|p| format!("{}: {}", p.path.display(), p.error))
+            .map(|p| {
+                format!(
+                    "{}: {} (its rows are kept)",
+                    crate::engine::report::safe_path(&p.path),
+                    p.error
+                )
+            })
             .collect();
         stats.seconds = started.elapsed().as_secs_f64();
         Ok(stats)
@@ -487,29 +266,35 @@ impl Store {
             extra
         };
         let sql = format!(
-            "SELECT f.dev, f.ino, d.path, f.name, f.size, f.alloc, f.mtime_ns, f.btime_ns,
-                    f.generation, f.last_refresh, {cols}
+            "SELECT f.fs, f.ino, f.dev, d.path, f.name, f.size, f.alloc, f.mtime_s,
+                    f.mtime_nsec, f.btime_s, f.btime_nsec, f.generation, f.last_refresh, {cols}
              FROM files f JOIN dirs d ON f.dir = d.id {join}
              WHERE d.path = ?1 OR substr(d.path, 1, ?2) = ?3"
         );
         let mut q = self.db(self.conn.prepare(&sql))?;
         let rows = self.db(
             q.query_map(params![root_b, under.len() as i64, under], |r| {
-                let dir: Vec<u8> = r.get(2)?;
-                let name: Vec<u8> = r.get(3)?;
-                let f = FileRecord {
-                    dev: r.get::<_, i64>(0)? as u64,
-                    ino: r.get::<_, i64>(1)? as u64,
-                    path: Path::new(OsStr::from_bytes(&dir)).join(OsStr::from_bytes(&name)),
-                    size: r.get::<_, i64>(4)? as u64,
-                    alloc: r.get::<_, i64>(5)? as u64,
-                    mtime_ns: r.get(6)?,
-                    btime_ns: r.get(7)?,
-                    generation: r.get(8)?,
-                    last_refresh: r.get(9)?,
+                let fs: String = r.get(0)?;
+                let dir: Vec<u8> = r.get(3)?;
+                let name: Vec<u8> = r.get(4)?;
+                let btime = match (r.get::<_, Option<i64>>(9)?, r.get::<_, Option<i64>>(10)?) {
+                    (Some(s), Some(n)) => Some(Timestamp::new(s, n as u32)),
+                    _ => None,
                 };
-                let x: Option<i64> = r.get(10)?;
-                let y: Option<i64> = r.get(11)?;
+                let f = FileRecord {
+                    fs: FsId::parse(&fs).unwrap_or(FsId::Dev(0)),
+                    ino: r.get::<_, i64>(1)? as u64,
+                    dev: r.get::<_, i64>(2)? as u64,
+                    path: Path::new(OsStr::from_bytes(&dir)).join(OsStr::from_bytes(&name)),
+                    size: r.get::<_, i64>(5)? as u64,
+                    alloc: r.get::<_, i64>(6)? as u64,
+                    mtime: Timestamp::new(r.get(7)?, r.get::<_, i64>(8)? as u32),
+                    btime,
+                    generation: r.get(11)?,
+                    last_refresh: r.get(12)?,
+                };
+                let x: Option<i64> = r.get(13)?;
+                let y: Option<i64> = r.get(14)?;
                 Ok((f, x.zip(y)))
             }),
         )?;
@@ -519,18 +304,17 @@ impl Store {
         Ok(())
     }
 
-    /// Records a completed refresh of (dev, ino) at `when`.
+    /// Records a completed refresh of `key` at `when`.
     pub fn mark_refreshed(
         &self,
-        dev: u64,
-        ino: u64,
+        key: FileKey,
         when: i64,
         generation: Option<u32>,
     ) -> Result<bool, StoreError> {
         let n = self.db(self.conn.execute(
             "UPDATE files SET last_refresh = ?3, generation = COALESCE(?4, generation)
-             WHERE dev = ?1 AND ino = ?2",
-            params![dev as i64, ino as i64, when, generation],
+             WHERE fs = ?1 AND ino = ?2",
+            params![key.fs.key(), key.ino as i64, when, generation],
         ))?;
         Ok(n == 1)
     }
@@ -540,19 +324,23 @@ impl Store {
     /// file changed since is planned afresh instead of resumed.
     pub fn save_checkpoint(&self, f: &FileRecord, done: u64) -> Result<(), StoreError> {
         self.db(self.conn.execute(
-            "INSERT INTO checkpoints (dev, ino, btime_ns, mtime_ns, size, done, updated)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (dev, ino) DO UPDATE SET btime_ns = excluded.btime_ns,
-                 mtime_ns = excluded.mtime_ns, size = excluded.size, done = excluded.done,
+            "INSERT INTO checkpoints (fs, ino, btime_s, btime_nsec, mtime_s, mtime_nsec, size,
+                                      done, updated)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT (fs, ino) DO UPDATE SET btime_s = excluded.btime_s,
+                 btime_nsec = excluded.btime_nsec, mtime_s = excluded.mtime_s,
+                 mtime_nsec = excluded.mtime_nsec, size = excluded.size, done = excluded.done,
                  updated = excluded.updated",
             params![
-                f.dev as i64,
+                f.fs.key(),
                 f.ino as i64,
-                f.btime_ns,
-                f.mtime_ns,
+                f.btime.map(|b| b.sec),
+                f.btime.map(|b| b.nsec),
+                f.mtime.sec,
+                f.mtime.nsec,
                 f.size as i64,
                 done as i64,
-                super::now_secs()
+                crate::clock::now_secs()
             ],
         ))?;
         Ok(())
@@ -561,39 +349,67 @@ impl Store {
     /// Bytes already done for `f`, if a checkpoint matches it as it is now;
     /// a checkpoint for a changed file is dropped.
     pub fn resume_point(&self, f: &FileRecord) -> Result<u64, StoreError> {
-        let row: Option<(i64, i64, i64, i64)> = self.db(
-            self.conn
-                .query_row(
-                    "SELECT btime_ns, mtime_ns, size, done FROM checkpoints WHERE dev = ?1 AND ino = ?2",
-                    params![f.dev as i64, f.ino as i64],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                )
-                .optional(),
-        )?;
-        match row {
-            Some((b, m, s, done)) if b == f.btime_ns && m == f.mtime_ns && s as u64 == f.size => {
-                Ok(done as u64)
-            }
-            Some(_) => {
-                self.clear_checkpoint(f.dev, f.ino)?;
-                Ok(0)
-            }
-            None => Ok(0),
+        type Row = (Option<i64>, Option<i64>, i64, i64, i64, i64);
+        let row: Option<Row> = self.db(self
+            .conn
+            .query_row(
+                "SELECT btime_s, btime_nsec, mtime_s, mtime_nsec, size, done
+                     FROM checkpoints WHERE fs = ?1 AND ino = ?2",
+                params![f.fs.key(), f.ino as i64],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                },
+            )
+            .optional())?;
+        let Some((bs, bn, ms, mn, size, done)) = row else {
+            return Ok(0);
+        };
+        let btime = bs.zip(bn).map(|(s, n)| Timestamp::new(s, n as u32));
+        if btime == f.btime && Timestamp::new(ms, mn as u32) == f.mtime && size as u64 == f.size {
+            return Ok(done as u64);
         }
+        self.clear_checkpoint(f.key())?;
+        Ok(0)
     }
 
     /// Checkpoints of files under `root`: (file as last scanned, the
     /// checkpoint's mtime, when it was last updated).
-    pub fn checkpoints(&self, root: &Path) -> Result<Vec<(FileRecord, i64, i64)>, StoreError> {
-        Ok(self
-            .files_where(
-                root,
-                "JOIN checkpoints c ON c.dev = f.dev AND c.ino = f.ino",
-                "c.mtime_ns, c.updated",
-            )?
-            .into_iter()
-            .filter_map(|(f, c)| c.map(|(mtime, updated)| (f, mtime, updated)))
-            .collect())
+    pub fn checkpoints(
+        &self,
+        root: &Path,
+    ) -> Result<Vec<(FileRecord, Timestamp, i64)>, StoreError> {
+        let rows = self.files_where(
+            root,
+            "JOIN checkpoints c ON c.fs = f.fs AND c.ino = f.ino",
+            "c.mtime_s, c.updated",
+        )?;
+        let mut out = vec![];
+        for (f, c) in rows {
+            let Some((mtime_s, updated)) = c else {
+                continue;
+            };
+            let nsec: Option<i64> = self.db(self
+                .conn
+                .query_row(
+                    "SELECT mtime_nsec FROM checkpoints WHERE fs = ?1 AND ino = ?2",
+                    params![f.fs.key(), f.ino as i64],
+                    |r| r.get(0),
+                )
+                .optional())?;
+            out.push((
+                f,
+                Timestamp::new(mtime_s, nsec.unwrap_or(0) as u32),
+                updated,
+            ));
+        }
+        Ok(out)
     }
 
     /// What fresh data read at on the drive with identity `drive` (its
@@ -644,10 +460,10 @@ impl Store {
         Ok(())
     }
 
-    pub fn clear_checkpoint(&self, dev: u64, ino: u64) -> Result<(), StoreError> {
+    pub fn clear_checkpoint(&self, key: FileKey) -> Result<(), StoreError> {
         self.db(self.conn.execute(
-            "DELETE FROM checkpoints WHERE dev = ?1 AND ino = ?2",
-            params![dev as i64, ino as i64],
+            "DELETE FROM checkpoints WHERE fs = ?1 AND ino = ?2",
+            params![key.fs.key(), key.ino as i64],
         ))?;
         Ok(())
     }

@@ -44,7 +44,11 @@ fn first_scan_records_every_regular_file_once() {
     let f = &store.files(root).expect("files")[0];
     let md = fs::metadata(root.join("a")).expect("stat");
     assert_eq!((f.dev, f.ino, f.size), (md.dev(), md.ino(), 10));
-    assert_eq!(f.mtime_ns, md.mtime() * 1_000_000_000 + md.mtime_nsec());
+    assert!(matches!(f.fs, crate::fsid::FsId::Uuid { .. }), "{:?}", f.fs);
+    assert_eq!(
+        f.mtime,
+        crate::clock::Timestamp::new(md.mtime(), md.mtime_nsec() as u32)
+    );
 }
 
 #[test]
@@ -57,9 +61,7 @@ fn rescan_writes_only_differences_and_keeps_history_across_renames() {
     let mut store = Store::memory().expect("store");
     store.scan(root).expect("scan");
     let f0 = store.files(root).expect("files").remove(0);
-    assert!(store
-        .mark_refreshed(f0.dev, f0.ino, 1234, Some(7))
-        .expect("mark"));
+    assert!(store.mark_refreshed(f0.key(), 1234, Some(7)).expect("mark"));
 
     let again = store.scan(root).expect("rescan");
     assert_eq!(
@@ -93,8 +95,8 @@ fn rescan_writes_only_differences_and_keeps_history_across_renames() {
         (f0.ino, Some(1234), Some(7))
     );
     assert_eq!(
-        moved.data_written(),
-        1234.max(moved.mtime_ns / 1_000_000_000)
+        moved.data_written(crate::clock::now_secs()),
+        Some(1234.max(moved.mtime.sec))
     );
 }
 
@@ -151,13 +153,14 @@ fn state_persists_and_a_foreign_schema_is_refused() {
 #[test]
 fn data_age_uses_the_later_of_mtime_and_last_refresh() {
     let f = FileRecord {
+        fs: crate::fsid::FsId::Dev(1),
         dev: 1,
         ino: 2,
         path: "/x".into(),
         size: 0,
         alloc: 0,
-        mtime_ns: 1_000 * 1_000_000_000,
-        btime_ns: 0,
+        mtime: crate::clock::Timestamp::new(1_000, 0),
+        btime: None,
         generation: None,
         last_refresh: None,
     };
@@ -167,7 +170,43 @@ fn data_age_uses_the_later_of_mtime_and_last_refresh() {
         ..f.clone()
     };
     assert_eq!(g.data_age(1_500).as_secs(), 100);
-    assert_eq!(f.data_age(10).as_secs(), 0);
+    // A little in the future (clock skew): age 0.
+    assert_eq!(f.data_age(990).as_secs(), 0);
+}
+
+/// Regression: a refresh while the clock was 40 years ahead stored a
+/// last_refresh in 2066; with the clock fixed, the data was exempt from
+/// refreshing until then. An mtime from a wrong clock exempted it too.
+#[test]
+fn timestamps_from_a_wrong_clock_never_exempt_data() {
+    let now = 1_800_000_000;
+    let forty_years = 40 * 31_557_600;
+    let f = FileRecord {
+        fs: crate::fsid::FsId::Dev(1),
+        dev: 1,
+        ino: 2,
+        path: "/x".into(),
+        size: 10,
+        alloc: 10,
+        mtime: crate::clock::Timestamp::new(now - 90 * 86_400, 0),
+        btime: None,
+        generation: None,
+        last_refresh: Some(now + forty_years),
+    };
+    assert_eq!(f.data_age(now).as_secs(), 90 * 86_400, "the mtime counts");
+    assert!(f.from_a_wrong_clock(now));
+    let future_mtime = FileRecord {
+        mtime: crate::clock::Timestamp::new(now + forty_years, 0),
+        last_refresh: None,
+        ..f.clone()
+    };
+    assert_eq!(future_mtime.data_age(now), std::time::Duration::MAX, "due");
+    // Refreshed (with a right clock): it ages from then.
+    let refreshed = FileRecord {
+        last_refresh: Some(now - 86_400),
+        ..future_mtime
+    };
+    assert_eq!(refreshed.data_age(now).as_secs(), 86_400);
 }
 
 #[test]
@@ -184,13 +223,13 @@ fn a_checkpoint_resumes_only_the_unchanged_file() {
     assert_eq!(store.checkpoints(root).expect("list").len(), 1);
     // Changed since (another mtime): planned afresh, checkpoint dropped.
     let changed = FileRecord {
-        mtime_ns: f.mtime_ns + 1,
+        mtime: crate::clock::Timestamp::new(f.mtime.sec, f.mtime.nsec ^ 1),
         ..f.clone()
     };
     assert_eq!(store.resume_point(&changed).expect("changed"), 0);
     assert_eq!(store.resume_point(&f).expect("dropped"), 0);
     store.save_checkpoint(&f, 4096).expect("save");
-    store.clear_checkpoint(f.dev, f.ino).expect("clear");
+    store.clear_checkpoint(f.key()).expect("clear");
     assert!(store.checkpoints(root).expect("list").is_empty());
 }
 
@@ -215,7 +254,7 @@ fn the_last_refresh_under_a_root_is_one_query() {
             Some("a/b/f") => 300,
             _ => 900, // ab/f: beside a, not under it
         };
-        store.mark_refreshed(f.dev, f.ino, at, None).expect("mark");
+        store.mark_refreshed(f.key(), at, None).expect("mark");
     }
     assert_eq!(
         store.last_refresh_under(&under_a).expect("query"),

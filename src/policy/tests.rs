@@ -157,13 +157,14 @@ proptest! {
 fn rec(ino: u64, mtime_days_ago: i64, last_refresh_days_ago: Option<i64>, size: u64) -> FileRecord {
     let now = 1_000 * 86_400;
     FileRecord {
+        fs: crate::fsid::FsId::Dev(1),
         dev: 1,
         ino,
         path: format!("/srv/f{ino}").into(),
         size,
         alloc: size,
-        mtime_ns: (now - mtime_days_ago * 86_400) * 1_000_000_000,
-        btime_ns: 0,
+        mtime: crate::clock::Timestamp::new(now - mtime_days_ago * 86_400, 0),
+        btime: None,
         generation: None,
         last_refresh: last_refresh_days_ago.map(|d| now - d * 86_400),
     }

@@ -112,6 +112,13 @@ pub struct DriveStatusReply {
     pub completed: u64,
     /// What the last `now` did, in one line.
     pub last_request: Option<String>,
+    /// The refresh rounds run for the last answered `now` (`None`: it
+    /// needed none): `refreshctl now --wait` exits 1 when a file failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_request_round: Option<RoundSummary>,
+    /// What the drive's last refresh round did (also one that stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_round: Option<RoundSummary>,
     pub error: Option<String>,
     /// Its place in the fleet group while it wants to refresh.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -157,6 +164,80 @@ pub struct Progress {
     pub started: i64,
     pub forced: bool,
     pub eta_seconds: Option<f64>,
+}
+
+/// What a refresh round did, file by file, counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundSummary {
+    /// When it ended (Unix time).
+    pub ended: i64,
+    pub forced: bool,
+    /// It went through its whole plan.
+    pub finished: bool,
+    /// Why it stopped before the end ("paused", "stopping", …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// Files in the plan.
+    pub planned: u64,
+    pub refreshed: u64,
+    pub skipped: u64,
+    pub interrupted: u64,
+    pub failed: u64,
+    /// Bytes really rewritten or relocated.
+    pub bytes: u64,
+    /// The first failures (at most [`RoundSummary::KEEP`]).
+    #[serde(default)]
+    pub failures: Vec<FileProblem>,
+}
+
+impl RoundSummary {
+    /// Failures kept with their reasons.
+    pub const KEEP: usize = 5;
+
+    /// Adds another round's counts (a request may take several rounds).
+    pub fn absorb(&mut self, o: &RoundSummary) {
+        self.ended = self.ended.max(o.ended);
+        self.forced |= o.forced;
+        self.finished = o.finished;
+        self.stopped = o.stopped.clone();
+        self.planned += o.planned;
+        self.refreshed += o.refreshed;
+        self.skipped += o.skipped;
+        self.interrupted += o.interrupted;
+        self.failed += o.failed;
+        self.bytes += o.bytes;
+        for f in &o.failures {
+            if self.failures.len() < Self::KEEP {
+                self.failures.push(f.clone());
+            }
+        }
+    }
+
+    /// "5 refreshed, 1 failed" (only the counts that are not zero).
+    pub fn counts(&self) -> String {
+        let parts: Vec<String> = [
+            (self.refreshed, "refreshed"),
+            (self.skipped, "skipped"),
+            (self.interrupted, "interrupted"),
+            (self.failed, "failed"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, w)| format!("{n} {w}"))
+        .collect();
+        if parts.is_empty() {
+            "nothing done".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// A file a round could not refresh, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileProblem {
+    pub path: String,
+    pub reason: String,
 }
 
 /// The refresh is yielding to other I/O.
@@ -253,6 +334,8 @@ mod tests {
             requests: 1,
             completed: 0,
             last_request: None,
+            last_request_round: None,
+            last_round: None,
             error: None,
             slot: None,
         }

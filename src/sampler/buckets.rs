@@ -123,13 +123,14 @@ mod tests {
 
     fn rec(ino: u64, alloc: u64, months_old: f64, now: i64) -> FileRecord {
         FileRecord {
+            fs: crate::fsid::FsId::Dev(1),
             dev: 1,
             ino,
             path: format!("/t/{ino}").into(),
             size: alloc,
             alloc,
-            mtime_ns: (now - (months_old * MONTH) as i64) * 1_000_000_000,
-            btime_ns: 0,
+            mtime: crate::clock::Timestamp::new(now - (months_old * MONTH) as i64, 0),
+            btime: None,
             generation: None,
             last_refresh: None,
         }

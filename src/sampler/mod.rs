@@ -184,31 +184,43 @@ fn open_direct(f: &FileRecord) -> io::Result<OwnedFd> {
         Mode::empty(),
     )?;
     let m = crate::engine::guard::meta(path_fd.as_fd())?;
-    let found = crate::engine::guard::Identity {
-        dev: m.dev,
+    let want = f.identity();
+    let inode = crate::engine::guard::Identity {
+        fs: want.fs,
         ino: m.ino,
-        btime_ns: m.btime_ns,
+        btime: m.btime,
         generation: None,
     };
-    if !f.identity().matches(&found) {
-        return Err(io::Error::other("replaced since the scan"));
+    if !want.same_inode(&inode) {
+        return Err(io::Error::other(REPLACED));
     }
     let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC;
-    Ok(crate::engine::guard::reopen(path_fd.as_fd(), flags)?)
+    let fd = crate::engine::guard::reopen(path_fd.as_fd(), flags)?;
+    // The filesystem, once open (the ioctls need a real descriptor).
+    if !want.fs.holds(&crate::fsid::of(fd.as_fd())?, m.dev) {
+        return Err(io::Error::other(REPLACED));
+    }
+    Ok(fd)
 }
 
-fn candidate(f: &FileRecord) -> Option<Candidate> {
-    let fd = open_direct(f).ok()?;
-    let st = rustix::fs::fstat(&fd).ok()?;
-    let size = u64::try_from(st.st_size).ok()?;
+/// A file's readable data, `None` when it has none or is gone (deleted
+/// or replaced since the scan: not the drive's fault); an error when it
+/// is there and cannot be read (a refused call, permissions).
+fn candidate(f: &FileRecord) -> io::Result<Option<Candidate>> {
+    let fd = match open_direct(f) {
+        Ok(fd) => fd,
+        Err(e) if gone(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    let size = u64::try_from(st.st_size).unwrap_or(0);
     let skip = FIEMAP_EXTENT_UNKNOWN
         | FIEMAP_EXTENT_DELALLOC
         | FIEMAP_EXTENT_ENCODED
         | FIEMAP_EXTENT_NOT_ALIGNED
         | FIEMAP_EXTENT_DATA_INLINE
         | FIEMAP_EXTENT_UNWRITTEN;
-    let extents: Vec<(u64, u64)> = sys::fiemap(fd.as_fd())
-        .ok()?
+    let extents: Vec<(u64, u64)> = sys::fiemap(fd.as_fd())?
         .into_iter()
         .filter(|e| e.flags & skip == 0)
         .filter_map(|e| {
@@ -218,7 +230,45 @@ fn candidate(f: &FileRecord) -> Option<Candidate> {
         })
         .collect();
     let total = extents.iter().map(|e| e.1).sum();
-    (total > 0).then_some(Candidate { fd, extents, total })
+    Ok((total > 0).then_some(Candidate { fd, extents, total }))
+}
+
+/// The file is not there any more (or another one is): skipped quietly.
+fn gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.to_string() == REPLACED
+}
+
+const REPLACED: &str = "replaced since the scan";
+
+/// Files of a round that could not be opened for reading: when none of a
+/// round's stale files could be, the round fails with the first reason
+/// (a sampling failure is a state with its reason, never "no stale data").
+#[derive(Default)]
+struct Unreadable {
+    count: u64,
+    first: Option<(PathBuf, io::Error)>,
+}
+
+impl Unreadable {
+    fn note(&mut self, f: &FileRecord, e: io::Error) {
+        self.count += 1;
+        if self.first.is_none() {
+            self.first = Some((f.path.clone(), e));
+        }
+    }
+
+    fn into_error(self, tried: u64) -> Option<io::Error> {
+        let (path, e) = self.first?;
+        Some(io::Error::new(
+            e.kind(),
+            format!(
+                "none of the stale files could be opened for reading ({} of {tried} failed); \
+                 first {}: {e}",
+                self.count,
+                crate::engine::report::safe_path(&path)
+            ),
+        ))
+    }
 }
 
 /// Picks an aligned offset in a candidate's data, weighted by bytes, with
@@ -476,6 +526,8 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
     let mut buckets = vec![];
     let mut stale_acc = Acc::default();
     let (mut stale_files, mut stale_bytes, mut total_read) = (0, 0, 0);
+    let mut unreadable = Unreadable::default();
+    let mut stale_tried = 0;
     for (i, g) in groups.into_iter().enumerate() {
         if g.files == 0 {
             continue;
@@ -485,12 +537,19 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
         stale_files += g.stale_files;
         stale_bytes += g.stale_bytes;
         // Up to 64 files, drawn by allocated bytes, then measured.
-        let cands: Vec<Candidate> = g
-            .candidates()
-            .iter()
-            .filter_map(candidate)
-            .take(64)
-            .collect();
+        let mut cands: Vec<Candidate> = vec![];
+        for f in &g.candidates() {
+            if cands.len() == 64 {
+                break;
+            }
+            stale_tried += u64::from(stale);
+            match candidate(f) {
+                Ok(Some(c)) => cands.push(c),
+                Ok(None) => {}
+                Err(e) if stale => unreadable.note(f, e),
+                Err(_) => {}
+            }
+        }
         let acc = measure(&mut reader, &cands, per_bucket, &mut rng);
         total_read += acc.bytes;
         if stale {
@@ -515,6 +574,11 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
         Err(why) => (None, Some(why)),
     };
     let canary_bytes = if fresh.is_some() { canary_len } else { 0 };
+    if stale_acc.bytes == 0 {
+        if let Some(e) = unreadable.into_error(stale_tried) {
+            return Err(e);
+        }
+    }
     Ok(DriveSample {
         fresh,
         fresh_missing,

@@ -18,53 +18,84 @@ const BPF_RET_K: u16 = 0x06;
 const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 
+/// One refusal: `syscall` (with its second argument equal to `arg1`, when
+/// given: an ioctl's request, say) fails with `errno`.
+#[derive(Debug, Clone, Copy)]
+pub struct Refusal {
+    pub syscall: u32,
+    pub arg1: Option<u32>,
+    pub errno: i32,
+}
+
+/// `ioctl` (x86_64).
+pub const SYS_IOCTL: u32 = 16;
+/// `FS_IOC_FIEMAP`, an ioctl request.
+pub const FS_IOC_FIEMAP: u32 = 0xC020_660B;
+
 /// Installs, on the calling thread, a filter under which `syscall` fails
 /// with `errno` (threads started from it later inherit the filter).
 /// Async-signal-safe: no allocation, usable between fork and exec.
 pub fn refuse(syscall: u32, errno: i32) -> io::Result<()> {
-    let filter = [
-        // A = seccomp_data.nr
-        libc::sock_filter {
-            code: BPF_LD_W_ABS,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        libc::sock_filter {
-            code: BPF_JEQ_K,
-            jt: 0,
-            jf: 1,
-            k: syscall,
-        },
-        libc::sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: SECCOMP_RET_ERRNO | (errno as u32 & 0xffff),
-        },
-        libc::sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: SECCOMP_RET_ALLOW,
-        },
-    ];
-    let prog = libc::sock_fprog {
-        len: filter.len() as u16,
-        filter: filter.as_ptr().cast_mut(),
+    refuse_all(&[Refusal {
+        syscall,
+        arg1: None,
+        errno,
+    }])
+}
+
+const BPF_JMP_JA: u16 = 0x05;
+/// Offsets in `struct seccomp_data`: nr, then args[1]'s low half.
+const NR: u32 = 0;
+const ARG1_LO: u32 = 24;
+
+/// Like [`refuse`], for several calls at once (at most 8).
+pub fn refuse_all(rules: &[Refusal]) -> io::Result<()> {
+    let stmt = |code, k| libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jeq = |k, jt, jf| libc::sock_filter {
+        code: BPF_JEQ_K,
+        jt,
+        jf,
+        k,
+    };
+    // Per rule: load nr; nr == syscall? (else skip the rule); [load arg1;
+    // arg1 == value? (else skip)]; return errno. Then allow.
+    let mut prog = [stmt(BPF_JMP_JA, 0); 8 * 5 + 1];
+    let mut n = 0;
+    for r in rules.iter().take(8) {
+        let body: u8 = if r.arg1.is_some() { 3 } else { 1 };
+        prog[n] = stmt(BPF_LD_W_ABS, NR);
+        prog[n + 1] = jeq(r.syscall, 0, body);
+        n += 2;
+        if let Some(a) = r.arg1 {
+            prog[n] = stmt(BPF_LD_W_ABS, ARG1_LO);
+            prog[n + 1] = jeq(a, 0, 1);
+            n += 2;
+        }
+        prog[n] = stmt(BPF_RET_K, SECCOMP_RET_ERRNO | (r.errno as u32 & 0xffff));
+        n += 1;
+    }
+    prog[n] = stmt(BPF_RET_K, SECCOMP_RET_ALLOW);
+    let fprog = libc::sock_fprog {
+        len: (n + 1) as u16,
+        filter: prog.as_ptr().cast_mut(),
     };
     // SAFETY: prctl with integer arguments; NO_NEW_PRIVS only restricts
     // this thread (required to install a filter without CAP_SYS_ADMIN).
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: `prog` points at `filter`, which outlives the call; the
+    // SAFETY: `fprog` points at `prog`, which outlives the call; the
     // kernel copies the program.
     let rc = unsafe {
         libc::prctl(
             libc::PR_SET_SECCOMP,
             libc::SECCOMP_MODE_FILTER,
-            &prog as *const libc::sock_fprog,
+            &fprog as *const libc::sock_fprog,
         )
     };
     if rc != 0 {
@@ -79,8 +110,23 @@ pub fn on_thread_refusing<T: Send + 'static>(
     errno: i32,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> T {
+    on_thread_refusing_all(
+        vec![Refusal {
+            syscall,
+            arg1: None,
+            errno,
+        }],
+        f,
+    )
+}
+
+/// Runs `f` on a new thread under [`refuse_all`]`(rules)`.
+pub fn on_thread_refusing_all<T: Send + 'static>(
+    rules: Vec<Refusal>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let t = std::thread::spawn(move || {
-        refuse(syscall, errno).unwrap_or_else(|e| panic!("installing a seccomp filter: {e}"));
+        refuse_all(&rules).unwrap_or_else(|e| panic!("installing a seccomp filter: {e}"));
         f()
     });
     match t.join() {

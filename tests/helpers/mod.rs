@@ -13,6 +13,7 @@ use std::process::{Command, Output};
 use refreshd::engine::plan::seek_data_ranges;
 
 pub mod kernel;
+pub mod nspawn;
 
 /// True when privileged tests may run. Without root they skip with a
 /// printed reason, unless `REFRESHD_REQUIRE_PRIVILEGED_TESTS=1` (CI), where
@@ -269,9 +270,29 @@ pub fn refresh_json_openat2(
     args: &[&str],
     paths: &[&Path],
 ) -> (i32, Vec<serde_json::Value>, serde_json::Value) {
+    let refusal = openat2.map(|errno| testbed::seccomp::Refusal {
+        syscall: testbed::seccomp::SYS_OPENAT2,
+        arg1: None,
+        errno,
+    });
+    refresh_json_refusing(refusal, args, paths)
+}
+
+/// [`refresh_json`] under a seccomp filter with `refusal` (an injected
+/// error: a call, or one ioctl request, answered with an errno).
+pub fn refresh_json_refusing(
+    refusal: Option<testbed::seccomp::Refusal>,
+    args: &[&str],
+    paths: &[&Path],
+) -> (i32, Vec<serde_json::Value>, serde_json::Value) {
     let mut cmd = refreshd();
-    if let Some(errno) = openat2 {
-        testbed::seccomp::command_refusing(&mut cmd, testbed::seccomp::SYS_OPENAT2, errno);
+    if let Some(r) = refusal {
+        // SAFETY: refuse_all is async-signal-safe (prctl on a stack array).
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                testbed::seccomp::refuse_all(&[r])
+            });
+        }
     }
     refresh_json_by(cmd, args, paths)
 }
@@ -353,6 +374,20 @@ pub fn journal_records(state: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// Whether a journal record under `state` vouches for `file` as it is
+/// now: its (mtime, ctime) exactly what refreshd's own writes left (then
+/// recovery restores its times). Matched by inode (a record written in a
+/// container names the file by the container's path).
+pub fn record_vouches(state: &Path, file: &Path) -> bool {
+    let m = fs::metadata(file).unwrap();
+    let mtime = refreshd::clock::Timestamp::new(m.mtime(), m.mtime_nsec() as u32);
+    let ctime = refreshd::clock::Timestamp::new(m.ctime(), m.ctime_nsec() as u32);
+    journal_records(state).iter().any(|r| {
+        refreshd::inventory::journal::read_record(r)
+            .is_ok_and(|e| e.taken.ino == m.ino() && e.vouches_for(mtime, ctime))
+    })
 }
 
 static PAGE_CACHE: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -171,6 +171,22 @@ fn drop_new_pages(fd: BorrowedFd<'_>, off: u64, len: u64, before: &[bool]) {
     }
 }
 
+/// Which pages of the range are cached; none known when `mincore` fails
+/// (a sandbox may refuse it: said once, counted, see `refused`).
+fn resident(fd: BorrowedFd<'_>, off: u64, len: u64) -> Vec<bool> {
+    match sys::resident_pages(fd, off, len) {
+        Ok(v) => v,
+        Err(e) => {
+            if crate::refused::is_refusal(&e) {
+                crate::refused::note(crate::refused::Call::Mincore, &e);
+            } else {
+                tracing::debug!("mincore: {e}");
+            }
+            vec![]
+        }
+    }
+}
+
 /// What happened to one chunk.
 enum ChunkResult {
     Moved,
@@ -238,7 +254,7 @@ impl Relocator<'_, '_> {
     }
 
     fn chunk(&mut self, c: Chunk) -> ChunkResult {
-        let before = sys::resident_pages(self.orig, c.offset, c.len).unwrap_or_default();
+        let before = resident(self.orig, c.offset, c.len);
         let r = match self.method {
             Method::MoveExt => self.move_ext(c),
             Method::Dedupe => {
@@ -274,9 +290,10 @@ impl Relocator<'_, '_> {
     /// invalidate the whole range) are read back in, from the new blocks:
     /// the application finds its working set where it left it.
     fn reread_evicted(&mut self, c: Chunk, before: &[bool]) {
-        let Ok(after) = sys::resident_pages(self.orig, c.offset, c.len) else {
+        if before.is_empty() {
             return;
-        };
+        }
+        let after = resident(self.orig, c.offset, c.len);
         let first = c.offset / 4096 * 4096;
         let evicted = |p: usize| before[p] && !after.get(p).copied().unwrap_or(true);
         let mut p = 0;

@@ -7,15 +7,25 @@ use std::time::Duration;
 
 use super::*;
 
+const FS: FsId = FsId::Uuid {
+    uuid: [5; 16],
+    subvol: 0,
+};
+
+fn t(s: i64) -> Timestamp {
+    Timestamp::new(s, 0)
+}
+
 fn obs(mtime: i64, ctime: i64) -> Observed {
     Observed {
+        fs: FS,
         dev: 1,
         ino: 2,
-        btime_ns: Some(3),
+        btime: Some(t(3)),
         generation: Some(4),
-        atime_ns: 5,
-        mtime_ns: mtime,
-        ctime_ns: ctime,
+        atime: t(5),
+        mtime: t(mtime),
+        ctime: t(ctime),
     }
 }
 
@@ -24,9 +34,60 @@ fn entry() -> Entry {
         version: VERSION,
         path: "/srv/a".into(),
         taken: obs(100, 100),
-        left_mtime_ns: 200,
-        left_ctime_ns: 200,
+        left_mtime: t(200),
+        left_ctime: t(200),
         lease_broken: false,
+    }
+}
+
+#[test]
+fn the_same_file_after_a_reboot_on_another_device_number_is_recovered() {
+    // Identity is the filesystem's UUID: a new st_dev does not matter.
+    let e = entry();
+    let after_reboot = Observed {
+        dev: 99,
+        ..obs(200, 200)
+    };
+    assert_eq!(decide(&e, &after_reboot), Verdict::Restore);
+    let other_fs = Observed {
+        fs: FsId::Uuid {
+            uuid: [6; 16],
+            subvol: 0,
+        },
+        ..obs(200, 200)
+    };
+    assert!(matches!(decide(&e, &other_fs), Verdict::Leave(_)));
+}
+
+#[test]
+fn version_1_records_are_read_and_matched_by_device_number() {
+    let v1 = r#"{"version":1,"path":"/srv/a","taken":{"dev":1,"ino":2,"btime_ns":3000000000,"generation":4,"atime_ns":5000000000,"mtime_ns":100000000000,"ctime_ns":100000000000},"left_mtime_ns":200000000000,"left_ctime_ns":200000000000,"lease_broken":false}"#;
+    let rec = format!("{v1}\n{:016x}\n", xxh3_64(v1.as_bytes()));
+    let e = decode(rec.as_bytes()).unwrap();
+    assert_eq!(e.taken.fs, FsId::Dev(1));
+    assert_eq!(e.left_mtime, t(200));
+    assert_eq!(
+        decide(&e, &obs(200, 200)),
+        Verdict::Restore,
+        "same boot: dev 1"
+    );
+    let rebooted = Observed {
+        dev: 7,
+        ..obs(200, 200)
+    };
+    assert!(matches!(decide(&e, &rebooted), Verdict::Leave(_)));
+}
+
+#[test]
+fn any_date_statx_can_return_round_trips() {
+    // 2300-01-01 overflowed i64 nanoseconds: the record held 1715 and
+    // recovery set the mtime to 1901-12-13.
+    for (sec, nsec) in [(10_413_792_000, 1), (-2_208_988_800, 999_999_999), (0, 0)] {
+        let mut e = entry();
+        e.taken.mtime = Timestamp::new(sec, nsec);
+        e.left_mtime = Timestamp::new(sec + 1, nsec);
+        let back = decode(&encode(&e)).unwrap();
+        assert_eq!(back, e);
     }
 }
 
@@ -55,7 +116,7 @@ fn restores_only_what_refreshd_left_exactly() {
             ..obs(200, 200)
         },
         Observed {
-            btime_ns: Some(8),
+            btime: Some(t(8)),
             ..obs(200, 200)
         },
         Observed {
@@ -113,14 +174,14 @@ fn setup() -> (tempfile::TempDir, Journal, PathBuf, Record) {
             version: VERSION,
             path: path.clone(),
             taken,
-            left_mtime_ns: taken.mtime_ns,
-            left_ctime_ns: taken.ctime_ns,
+            left_mtime: taken.mtime,
+            left_ctime: taken.ctime,
             lease_broken: false,
         })
         .unwrap();
     f.write_all_at(&[7u8; 4096], 0).unwrap();
     let now = observe(f.as_fd()).unwrap();
-    rec.observe(now.mtime_ns, now.ctime_ns).unwrap();
+    rec.observe(now.mtime, now.ctime).unwrap();
     (tmp, j, path, rec)
 }
 

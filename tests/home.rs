@@ -1,0 +1,580 @@
+//! The package where it lives: the `.deb` `.ci/run` builds, installed with
+//! `dpkg -i` into a minimal Debian booted under a real systemd
+//! (`systemd-nspawn -b`), refreshing an ext4 filesystem bound at
+//! `/srv/index` — under the shipped unit's seccomp filter, capability set,
+//! watchdog and state directory, not a lab daemon. Every file's bytes and
+//! times are checked from the host.
+//!
+//! First a pass with the filter switched to logging (`SystemCallLog=`):
+//! every call the daemon makes that the shipped filter would refuse shows
+//! in the kernel log, and there must be none. Then the shipped unit as it
+//! is: READY, judging, `now --wait`, metrics, a rejected reload, stop and
+//! resume, the watchdog, the one-shot template and its recovery journal,
+//! an upgrade with `dpkg -i` mid-refresh, and a stop that leaves nothing.
+//!
+//! Needs root, `systemd-nspawn` (Debian `systemd-container`), `debootstrap`
+//! and a reachable Debian mirror the first time (the root is cached in
+//! `/var/cache/refreshd-tests`); see README "Testing".
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use crate::daemon_harness::{free_port, stale_files, MIB};
+use crate::helpers::nspawn::{built_package, debian_root, Container};
+use crate::helpers::*;
+
+const TEST: &str = "privileged_the_package_under_a_real_systemd";
+
+fn needs(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        require_or_skip(&format!("`{tool}` is not installed"));
+    }
+    found
+}
+
+fn require_or_skip(why: &str) {
+    if std::env::var("REFRESHD_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
+        panic!("{TEST}: {why}");
+    }
+    skipped(TEST, why);
+}
+
+/// Kills the process holding a file open on drop.
+struct Holder(Child);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The files, and how each must look at the end.
+struct Tree {
+    fs: LoopFs,
+    files: Vec<(PathBuf, Fingerprint)>,
+}
+
+impl Tree {
+    /// Stale files at the top and in subdirectories, one held open by a
+    /// process on the host (relocated, not rewritten), one fresh file.
+    fn new() -> (Tree, Holder) {
+        let fs = LoopFs::new("ext4", 768);
+        let mut paths = stale_files(&fs.path("top"), 2, 4, 1);
+        paths.extend(stale_files(&fs.path("sub/deeper"), 2, 4, 3));
+        let held = stale_files(&fs.path("sub/held"), 1, 8, 6).remove(0);
+        paths.push(held.clone());
+        let fresh = fs.path("fresh");
+        write_file(&fresh, &pattern(MIB, 7));
+        paths.push(fresh);
+        let mut t = Tree { fs, files: vec![] };
+        for p in paths {
+            t.remember(p);
+        }
+        let holder = Holder(
+            Command::new("sleep")
+                .arg("3600")
+                .stdin(std::fs::File::open(&held).unwrap())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        (t, holder)
+    }
+
+    fn remember(&mut self, p: PathBuf) {
+        self.fs.sync();
+        let print = fingerprint(&p);
+        self.files.push((p, print));
+    }
+
+    /// A big stale file added from the host (a later step refreshes it).
+    fn add_big(&mut self, dir: &str, seed: u64) -> PathBuf {
+        let p = stale_files(&self.fs.path(dir), 1, 96, seed).remove(0);
+        self.remember(p.clone());
+        p
+    }
+
+    fn unchanged(&self, when: &str) {
+        for (p, want) in &self.files {
+            assert_eq!(&fingerprint(p), want, "{when}: {}", p.display());
+        }
+    }
+}
+
+fn config(port: u16, rate: &str) -> String {
+    format!(
+        "metrics_listen = \"127.0.0.1:{port}\"\n\n[defaults]\nscan_interval = \"1h\"\n\
+         sample_interval = \"1h\"\nsample_bytes = \"32MiB\"\nmin_free = \"64MiB\"\n\
+         rate = \"{rate}\"\n\n[[paths]]\npath = \"/srv/index\"\n"
+    )
+}
+
+fn set_config(c: &Container, port: u16, rate: &str) {
+    std::fs::write(c.path("/etc/refreshd/refreshd.toml"), config(port, rate)).unwrap();
+}
+
+fn status(c: &Container) -> serde_json::Value {
+    let (code, out, err) = c.sh("refreshctl --json status");
+    assert_eq!(code, 0, "refreshctl status: {out}\n{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn drive(c: &Container) -> serde_json::Value {
+    status(c)["drives"][0].clone()
+}
+
+fn main_pid(c: &Container) -> String {
+    c.ok("systemctl show -p MainPID --value refreshd")
+        .trim()
+        .to_string()
+}
+
+fn journal(c: &Container, unit: &str) -> String {
+    c.sh(&format!("journalctl -b --no-pager -o cat -u {unit}"))
+        .1
+}
+
+fn judged(c: &Container) {
+    c.wait_for("the drive judged", 60, |c| {
+        let d = drive(c);
+        d["last_sample"].is_object() && d["state"] != "unknown"
+    });
+    let d = drive(c);
+    assert!(
+        ["healthy", "suspect", "degraded"].contains(&d["state"].as_str().unwrap_or("")),
+        "{d:#}"
+    );
+    assert!(d["error"].is_null(), "{d:#}");
+}
+
+#[test]
+fn privileged_the_package_under_a_real_systemd() {
+    if !privileged(TEST) || !needs("systemd-nspawn") || !needs("debootstrap") {
+        return;
+    }
+    let Some(deb) = built_package() else {
+        require_or_skip(
+            "no target/debian/refreshd_*.deb: run `cargo deb -p refreshd` (.ci/run does)",
+        );
+        return;
+    };
+    let root_tar = debian_root().unwrap_or_else(|e| panic!("{TEST}: {e}"));
+    let (mut t, _holder) = Tree::new();
+    let port = free_port();
+    let c = Container::boot(&root_tar, &[(&t.fs.mnt, "/srv/index")]);
+    install(&c, &deb);
+    set_config(&c, port, "400MiB/s");
+    c.ok("refreshd check-config");
+
+    every_call_is_allowed(&c, &t, port);
+    the_shipped_unit(&c, &t, port);
+    bad_reload_fails_and_keeps_the_config(&c, port);
+    stop_mid_refresh_then_resume(&c, &mut t, port);
+    watchdog_restarts_a_frozen_daemon(&c);
+    template_refreshes_with_its_journal(&c, &mut t);
+    upgrade_restarts_and_keeps_checkpoints(&c, &deb, &mut t, port);
+
+    c.ok("systemctl stop refreshd");
+    assert!(
+        !c.path("/run/refreshd/control.sock").exists(),
+        "systemctl stop leaves no socket"
+    );
+    drop(c);
+    t.unchanged("at the end");
+}
+
+fn install(c: &Container, deb: &Path) {
+    std::fs::copy(deb, c.path("/root/refreshd.deb")).unwrap();
+    c.ok("dpkg -i /root/refreshd.deb");
+    assert_eq!(
+        c.ok("systemctl is-enabled refreshd").trim(),
+        "enabled",
+        "enabled at install"
+    );
+    assert_ne!(
+        c.sh("systemctl is-active refreshd").1.trim(),
+        "active",
+        "not started at install (the shipped config names /srv/index)"
+    );
+}
+
+/// The calls the unit's `SystemCallFilter=` lines allow, expanded by this
+/// systemd (`systemd-analyze syscall-filter`), as the lines combine: the
+/// first is an allow list, `~` removes, a later plain line adds.
+fn allowed_calls(c: &Container) -> Vec<String> {
+    let unit = std::fs::read_to_string(c.path("/lib/systemd/system/refreshd.service")).unwrap();
+    let expand = |items: &str| -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        let mut todo: Vec<String> = items.split_whitespace().map(String::from).collect();
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(i) = todo.pop() {
+            if !seen.insert(i.clone()) {
+                continue;
+            }
+            if i.starts_with('@') {
+                let listed = c.ok(&format!("systemd-analyze syscall-filter --no-pager {i}"));
+                todo.extend(
+                    listed
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty() && !l.starts_with('#') && *l != i)
+                        .map(String::from),
+                );
+            } else {
+                out.insert(i);
+            }
+        }
+        out
+    };
+    let mut allowed = std::collections::BTreeSet::new();
+    for line in unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("SystemCallFilter="))
+    {
+        match line.strip_prefix('~') {
+            Some(deny) => {
+                for x in expand(deny) {
+                    allowed.remove(&x);
+                }
+            }
+            None => allowed.extend(expand(line)),
+        }
+    }
+    assert!(allowed.contains("io_uring_enter") && allowed.contains("read"));
+    allowed.into_iter().collect()
+}
+
+/// Writes a marker line into the kernel log.
+fn kmsg_marker(text: &str) {
+    std::fs::write("/dev/kmsg", format!("{text}\n")).unwrap();
+}
+
+/// The kernel log's seccomp audit lines of refreshd after `marker`.
+fn audit_lines(marker: &str) -> Vec<String> {
+    let log = run(&mut Command::new("dmesg"));
+    let log = String::from_utf8_lossy(&log.stdout);
+    let after = log.rsplit_once(marker).map_or("", |(_, rest)| rest);
+    after
+        .lines()
+        .filter(|l| l.contains("type=1326") && l.contains("refreshd"))
+        .map(String::from)
+        .collect()
+}
+
+/// The daemon's whole round (start, judge, a forced refresh in place and
+/// by relocation, metrics, every control verb, stop) with the filter in
+/// log mode: no call outside the shipped filter, none refused.
+fn every_call_is_allowed(c: &Container, t: &Tree, port: u16) {
+    let dropin = c.path("/etc/systemd/system/refreshd.service.d/audit.conf");
+    std::fs::create_dir_all(dropin.parent().unwrap()).unwrap();
+    std::fs::write(
+        &dropin,
+        format!(
+            "[Service]\nSystemCallFilter=\nSystemCallLog=~{}\n",
+            allowed_calls(c).join(" ")
+        ),
+    )
+    .unwrap();
+    c.ok("systemctl daemon-reload");
+    let marker = format!("refreshd-test-audit-{}", std::process::id());
+    kmsg_marker(&marker);
+    c.ok("systemctl start refreshd");
+    judged(c);
+    forced_refresh_refreshes_every_stale_file(c, t);
+    metrics_inside(c, port);
+    for verb in ["status", "drives", "plan", "survey", "pause", "resume"] {
+        c.ok(&format!("refreshctl {verb}"));
+    }
+    c.ok("systemctl reload refreshd && systemctl stop refreshd");
+    let refused = audit_lines(&marker);
+    assert!(
+        refused.is_empty(),
+        "calls the shipped filter would refuse:\n{}",
+        refused.join("\n")
+    );
+    std::fs::remove_file(&dropin).unwrap();
+    c.ok("systemctl daemon-reload");
+}
+
+/// The shipped unit: READY, the path resolution said at start, judged.
+fn the_shipped_unit(c: &Container, t: &Tree, port: u16) {
+    c.ok("systemctl start refreshd");
+    assert_eq!(c.ok("systemctl is-active refreshd").trim(), "active");
+    // Sampled: everything was refreshed in the first pass, so there is
+    // nothing stale to measure ("unknown", said so) — and no failure.
+    c.wait_for("a sample", 60, |c| drive(c)["last_sample"].is_object());
+    let d = drive(c);
+    assert!(d["error"].is_null(), "{d:#}");
+    assert!(
+        d["state"] != "cannot_sample" && d["last_sample"]["stale_bps"].is_null(),
+        "{d:#}"
+    );
+    let log = journal(c, "refreshd");
+    assert!(
+        log.contains("openat2 is refused here"),
+        "the resolution in use is said at start:\n{log}"
+    );
+    let d = drive(c);
+    assert_eq!(
+        d["files"],
+        t.files.len() as u64,
+        "subdirectories scanned: {d:#}"
+    );
+    metrics_inside(c, port);
+    let m = c.ok(&format!("curl -fsS http://127.0.0.1:{port}/metrics"));
+    assert!(
+        m.contains("refreshd_syscall_refused_total{call=\"mincore\"} 0"),
+        "mincore is allowed:\n{m}"
+    );
+}
+
+/// `now --force --wait` rewrites every stale file (the held one by
+/// relocation) and exits 0; bytes and mtimes are unchanged.
+fn forced_refresh_refreshes_every_stale_file(c: &Container, t: &Tree) {
+    let (code, out, err) = c.sh("refreshctl now --force --wait");
+    assert_eq!(code, 0, "{out}\n{err}\n{}", journal(c, "refreshd"));
+    let stale = t.files.len() - 1;
+    assert!(
+        out.contains(&format!("refreshed {stale} file(s)")) && !out.contains("FAILED"),
+        "every stale file: {out}\n{}",
+        journal(c, "refreshd")
+    );
+    t.unchanged("after now --force --wait");
+}
+
+fn metrics_inside(c: &Container, port: u16) {
+    let m = c.ok(&format!("curl -fsS http://127.0.0.1:{port}/metrics"));
+    for series in [
+        "refreshd_drive_state{",
+        "refreshd_refreshed_bytes_total{",
+        "refreshd_stale_read_throughput_bytes_per_second{",
+        "refreshd_build_info{",
+    ] {
+        assert!(m.contains(series), "{series} not exported:\n{m}");
+    }
+}
+
+/// A config the daemon rejects: `systemctl reload` fails, the daemon runs
+/// on (same process, old settings).
+fn bad_reload_fails_and_keeps_the_config(c: &Container, port: u16) {
+    let pid = main_pid(c);
+    set_config(c, port, "fast, please");
+    let (code, out, err) = c.sh("systemctl reload refreshd");
+    assert_ne!(
+        code, 0,
+        "a rejected config must fail the reload: {out}{err}"
+    );
+    assert_eq!(main_pid(c), pid, "still the same daemon");
+    assert_eq!(c.ok("systemctl is-active refreshd").trim(), "active");
+    status(c);
+    let log = journal(c, "refreshd");
+    assert!(
+        log.contains("rate"),
+        "the problem is in the journal:\n{log}"
+    );
+    set_config(c, port, "400MiB/s");
+    c.ok("systemctl reload refreshd");
+}
+
+/// Waits until the drive's refresh has done `bytes`.
+fn under_way(c: &Container, bytes: u64) {
+    c.wait_for("the refresh under way", 60, |c| {
+        drive(c)["refresh"]["bytes_done"].as_u64().unwrap_or(0) > bytes
+    });
+}
+
+/// At 8 MiB/s a 96 MiB file takes 12 s: stop after 24 MiB, start, and
+/// the next round resumes it from its checkpoint.
+fn stop_mid_refresh_then_resume(c: &Container, t: &mut Tree, port: u16) {
+    t.add_big("later", 11);
+    set_config(c, port, "8MiB/s");
+    c.ok("systemctl reload refreshd");
+    c.ok("refreshctl now --force --path /srv/index/later");
+    under_way(c, 24 * MIB as u64);
+    c.ok("systemctl stop refreshd");
+    assert!(
+        journal(c, "refreshd").contains("interrupted; checkpointed"),
+        "stopped mid-file"
+    );
+    c.ok("systemctl start refreshd");
+    c.ok("refreshctl now --force --wait --path /srv/index/later");
+    let log = journal(c, "refreshd");
+    let resumed = log
+        .lines()
+        .find(|l| l.contains("resuming from checkpoint") && l.contains("later/seg0"))
+        .unwrap_or_else(|| panic!("no resume:\n{log}"));
+    assert!(!resumed.contains("skip=0"), "{resumed}");
+    t.unchanged("after stop and resume");
+    set_config(c, port, "400MiB/s");
+    c.ok("systemctl reload refreshd");
+}
+
+/// SIGSTOP: the watchdog (WatchdogSec= shortened by a drop-in) kills the
+/// frozen daemon and systemd starts a new one.
+fn watchdog_restarts_a_frozen_daemon(c: &Container) {
+    let dropin = c.path("/etc/systemd/system/refreshd.service.d/watchdog.conf");
+    std::fs::create_dir_all(dropin.parent().unwrap()).unwrap();
+    std::fs::write(&dropin, "[Service]\nWatchdogSec=3s\nTimeoutStopSec=3s\n").unwrap();
+    c.ok("systemctl daemon-reload && systemctl restart refreshd");
+    let pid = main_pid(c);
+    c.ok(&format!("kill -STOP {pid}"));
+    c.wait_for("a new daemon after the watchdog fired", 60, |c| {
+        let p = main_pid(c);
+        p != pid && p != "0" && c.sh("systemctl is-active refreshd").1.trim() == "active"
+    });
+    let restarts: u32 = c
+        .ok("systemctl show -p NRestarts --value refreshd")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(restarts >= 1);
+    assert!(journal(c, "refreshd").contains("Watchdog timeout"));
+    std::fs::remove_file(&dropin).unwrap();
+    c.ok("systemctl daemon-reload && systemctl restart refreshd");
+    status(c);
+}
+
+/// The one-shot template (a timer's job) with its recovery journal in the
+/// state directory: killed mid-file at a moment its record vouches for
+/// the file, the next run puts the mtime back.
+fn template_refreshes_with_its_journal(c: &Container, t: &mut Tree) {
+    c.ok("systemctl stop refreshd");
+    let big = t.add_big("oneshot", 13);
+    let mtime = std::fs::metadata(&big).unwrap().mtime();
+    let unit = "refreshd-refresh@srv-index-oneshot.service";
+    let state = c.path("/var/lib/refreshd");
+    for attempt in 0.. {
+        assert!(attempt < 5, "no kill left a vouching record in 5 attempts");
+        // --rate 50MiB/s in the template: about 2 s for the file.
+        c.ok(&format!(
+            "systemctl reset-failed {unit} 2>/dev/null; systemctl start --no-block {unit}"
+        ));
+        c.wait_for("the template writing the file", 30, |_| {
+            std::fs::metadata(&big).unwrap().mtime() != mtime
+        });
+        let pid: u32 = c
+            .ok(&format!("systemctl show -p MainPID --value {unit}"))
+            .trim()
+            .parse()
+            .unwrap();
+        // The container's PID, as the host numbers it.
+        let host_pid = host_pid_of(c, pid);
+        crate::daemon_harness::kill_when_recoverable(host_pid, &state, &big);
+        c.wait_for("the killed run gone", 30, |c| {
+            c.sh(&format!("systemctl is-active {unit}")).1.trim() != "active"
+        });
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        if record_vouches(&state, &big) {
+            break;
+        }
+        set_mtime(&big, mtime, 0);
+    }
+    assert_ne!(
+        std::fs::metadata(&big).unwrap().mtime(),
+        mtime,
+        "killed mid-file"
+    );
+    c.ok(&format!(
+        "systemctl reset-failed {unit}; systemctl start {unit}"
+    ));
+    let log = journal(c, unit);
+    assert!(!log.contains("no recovery journal"), "{log}");
+    assert!(log.contains("put back the atime and mtime"), "{log}");
+    t.unchanged("after the template");
+    c.ok("systemctl start refreshd");
+}
+
+/// The host's PID of a process the container numbers `pid` (NSpid).
+fn host_pid_of(c: &Container, pid: u32) -> u32 {
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let nspid: Vec<&str> = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .map(|l| l.split_whitespace().collect())
+            .unwrap_or_default();
+        let host: u32 = nspid.first().and_then(|p| p.parse().ok()).unwrap_or(0);
+        if nspid.len() == 2 && nspid[1] == pid.to_string() && is_in(c, host) {
+            return host;
+        }
+    }
+    panic!("no host process for the container's pid {pid}");
+}
+
+/// Whether host PID `pid` is in the container's PID namespace.
+fn is_in(c: &Container, pid: u32) -> bool {
+    let ns = |p: u32| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    ns(pid).is_some() && ns(pid) == ns(c.leader as u32)
+}
+
+/// `dpkg -i` of a newer version while a refresh runs: the service is
+/// restarted by the maintainer scripts, the file in flight checkpointed
+/// and resumed.
+fn upgrade_restarts_and_keeps_checkpoints(c: &Container, deb: &Path, t: &mut Tree, port: u16) {
+    newer_package(deb, &c.path("/root/refreshd-newer.deb"));
+    t.add_big("upgrade", 17);
+    set_config(c, port, "8MiB/s");
+    c.ok("systemctl reload refreshd");
+    let pid = main_pid(c);
+    c.ok("refreshctl now --force --path /srv/index/upgrade");
+    under_way(c, 16 * MIB as u64);
+    c.ok("dpkg -i /root/refreshd-newer.deb");
+    assert_eq!(
+        c.ok("systemctl is-active refreshd").trim(),
+        "active",
+        "running after the upgrade"
+    );
+    assert_ne!(main_pid(c), pid, "restarted by the upgrade");
+    let version = c.ok("dpkg-query -W -f '${Version}' refreshd");
+    assert!(version.ends_with("+upgrade"), "{version}");
+    let conn = rusqlite::Connection::open_with_flags(
+        c.path("/var/lib/refreshd/state.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let done: i64 = conn
+        .query_row("SELECT COALESCE(MAX(done), 0) FROM checkpoints", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(done > 0, "the checkpoint survived the upgrade");
+    c.ok("refreshctl now --force --wait --path /srv/index/upgrade");
+    let log = journal(c, "refreshd");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("resuming from checkpoint") && l.contains("upgrade/seg0")),
+        "{log}"
+    );
+    t.unchanged("after the upgrade");
+    set_config(c, port, "400MiB/s");
+    c.ok("systemctl reload refreshd");
+}
+
+/// The built package repacked as a newer version (same files), at `out`.
+fn newer_package(deb: &Path, out: &Path) {
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let tree = work.path().join("pkg");
+    run(Command::new("dpkg-deb").arg("-R").arg(deb).arg(&tree));
+    let control = tree.join("DEBIAN/control");
+    let text = std::fs::read_to_string(&control).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| match l.strip_prefix("Version: ") {
+            Some(v) => format!("Version: {v}+upgrade\n"),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&control, text).unwrap();
+    run(Command::new("dpkg-deb")
+        .args(["-b", "-Zgzip"])
+        .arg(&tree)
+        .arg(out));
+}
