@@ -142,7 +142,13 @@ impl Daemon {
         Daemon::spawn(dir, cfg, port, &[], cmd)
     }
 
-    fn spawn(dir: &Path, cfg: &Path, port: u16, env: &[(&str, &str)], mut cmd: Command) -> Daemon {
+    pub fn spawn(
+        dir: &Path,
+        cfg: &Path,
+        port: u16,
+        env: &[(&str, &str)],
+        mut cmd: Command,
+    ) -> Daemon {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

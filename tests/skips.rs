@@ -20,23 +20,6 @@ impl Drop for Holder {
     }
 }
 
-/// Runs `chattr FLAG path` now and `chattr -FLAG` on drop.
-struct Chattr<'a>(&'a Path, &'static str);
-impl<'a> Chattr<'a> {
-    fn set(p: &'a Path, flag: &'static str) -> Chattr<'a> {
-        run(Command::new("chattr").arg(format!("+{flag}")).arg(p));
-        Chattr(p, flag)
-    }
-}
-impl Drop for Chattr<'_> {
-    fn drop(&mut self) {
-        let _ = Command::new("chattr")
-            .arg(format!("-{}", self.1))
-            .arg(self.0)
-            .status();
-    }
-}
-
 struct Swap<'a>(&'a Path);
 impl Drop for Swap<'_> {
     fn drop(&mut self) {

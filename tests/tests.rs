@@ -24,6 +24,7 @@ mod io_errors;
 mod layout;
 mod lease;
 mod limits;
+mod metadata;
 mod pacing;
 mod packaging;
 mod read_errors;

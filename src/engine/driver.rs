@@ -209,6 +209,28 @@ fn open(t: &Target, cfg: &EngineConfig) -> Result<(Opened, bool), Box<FileReport
         }
         other => other,
     };
+    // A write would strip its setuid bit or file capabilities: never
+    // written in place; relocated (no write of the file) or skipped.
+    let opened = match opened {
+        Ok(o) if !relocate && !sw.strip_privileges && o.strips.is_some() => {
+            let what = o.strips.unwrap_or_default();
+            if cfg.strategy == Strategy::Auto {
+                release(o);
+                relocate = true;
+                guard::open(t, false)
+            } else {
+                release(o);
+                Err(Refusal::Skip(
+                    SkipReason::Privileges,
+                    format!(
+                        "a write would make the kernel strip {what}; refreshed only by \
+                         relocation (--strategy auto or relocate)"
+                    ),
+                ))
+            }
+        }
+        other => other,
+    };
     match opened {
         Ok(o) => Ok((o, relocate)),
         Err(Refusal::Skip(reason, detail)) => {
@@ -414,6 +436,10 @@ fn layout_changed(before: &guard::FileMeta, fd: std::os::fd::BorrowedFd<'_>) -> 
         Ok(after) if after.blocks != before.blocks => Some(format!(
             "allocation changed from {} to {} blocks",
             before.blocks, after.blocks
+        )),
+        Ok(after) if after.mode != before.mode => Some(format!(
+            "mode changed from {:o} to {:o}",
+            before.mode, after.mode
         )),
         Ok(_) => None,
         Err(e) => Some(format!("statx after refresh: {e}")),

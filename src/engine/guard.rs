@@ -170,6 +170,49 @@ pub fn reopen(path_fd: BorrowedFd<'_>, flags: OFlags) -> rustix::io::Result<Owne
     }
 }
 
+/// What an in-place write would make the kernel strip from the file
+/// (`file_remove_privs`): file capabilities (`security.capability`) on
+/// every write, whoever writes; setuid and setgid bits unless the writer
+/// holds CAP_FSETID. `None`: nothing; such files are relocated instead
+/// (relocation goes through no write of the file) or skipped.
+pub fn privileges_a_write_strips(fd: BorrowedFd<'_>, mode: u32) -> Option<&'static str> {
+    if has_file_capabilities(fd) {
+        return Some("file capabilities (security.capability)");
+    }
+    if mode & (libc::S_ISUID | libc::S_ISGID) != 0 && !holds_cap_fsetid() {
+        return Some(if mode & libc::S_ISUID != 0 {
+            "its setuid bit (refreshd does not hold CAP_FSETID)"
+        } else {
+            "its setgid bit (refreshd does not hold CAP_FSETID)"
+        });
+    }
+    None
+}
+
+fn has_file_capabilities(fd: BorrowedFd<'_>) -> bool {
+    let name = c"security.capability";
+    // SAFETY: a size query (NULL buffer, size 0) of a NUL-terminated name
+    // on a valid descriptor; the kernel writes nothing.
+    let n = unsafe { libc::fgetxattr(fd.as_raw_fd(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    n > 0
+}
+
+/// Whether this process may keep setuid/setgid bits through a write
+/// (CAP_FSETID, bit 4, in the effective set).
+pub fn holds_cap_fsetid() -> bool {
+    static HOLDS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HOLDS.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("CapEff:"))
+                    .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+            })
+            .is_some_and(|caps| caps & (1 << 4) != 0)
+    })
+}
+
 /// Why a file could not be opened for refresh.
 #[derive(Debug)]
 pub enum Refusal {
@@ -191,6 +234,9 @@ pub struct Opened {
     pub generation: Option<u32>,
     /// The filesystem's identity (UUID; see `fsid`).
     pub fs_id: FsId,
+    /// What an in-place write would strip (see
+    /// [`privileges_a_write_strips`]): such a file is never written.
+    pub strips: Option<&'static str>,
 }
 
 impl Opened {
@@ -456,6 +502,7 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
             "replaced while opening".into(),
         ));
     }
+    let strips = privileges_a_write_strips(fd.as_fd(), meta_now.mode);
     Ok(Opened {
         fd,
         meta: meta_now,
@@ -464,5 +511,6 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
         lease_taken_at,
         generation,
         fs_id,
+        strips,
     })
 }

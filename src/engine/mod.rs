@@ -60,6 +60,9 @@ pub struct UnsafeSwitches {
     /// Relocation: no layout re-check before FIDEDUPERANGE (a hole punched
     /// meanwhile is filled with allocated zeros).
     pub no_layout_recheck: bool,
+    /// Write files in place even when the kernel would strip their setuid
+    /// bit or file capabilities.
+    pub strip_privileges: bool,
 }
 
 /// How an engine refreshes files.

@@ -37,6 +37,12 @@ pub enum SkipReason {
     KernelRefused,
     /// Another file is at that name now than the inventory knows.
     Replaced,
+    /// A write would make the kernel strip its setuid/setgid bits or file
+    /// capabilities, and it cannot be relocated (`--strategy inplace`).
+    Privileges,
+    /// Another process changed it meanwhile (truncated, punched, replaced
+    /// its data): it is left as that process made it, and tried again.
+    ChangedMeanwhile,
 }
 
 impl SkipReason {
@@ -62,6 +68,8 @@ impl SkipReason {
             SkipReason::Encrypted => "encrypted",
             SkipReason::KernelRefused => "kernel refused",
             SkipReason::Replaced => "replaced",
+            SkipReason::Privileges => "privileges",
+            SkipReason::ChangedMeanwhile => "changed meanwhile",
         }
     }
 }

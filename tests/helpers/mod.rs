@@ -346,6 +346,39 @@ pub fn fiemap_bytes(path: &Path, flag: u32) -> u64 {
         .sum()
 }
 
+/// Runs `chattr FLAG path` now and `chattr -FLAG` on drop.
+pub struct Chattr<'a>(&'a Path, &'static str);
+
+impl<'a> Chattr<'a> {
+    pub fn set(p: &'a Path, flag: &'static str) -> Chattr<'a> {
+        run(Command::new("chattr").arg(format!("+{flag}")).arg(p));
+        Chattr(p, flag)
+    }
+}
+
+impl Drop for Chattr<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr")
+            .arg(format!("-{}", self.1))
+            .arg(self.0)
+            .status();
+    }
+}
+
+/// `refreshd` as the shipped unit runs it: without CAP_FSETID (dropped
+/// from the bounding set, so root's effective set lacks it too).
+pub fn refreshd_without_fsetid() -> Command {
+    let plain = refreshd();
+    let mut c = Command::new("setpriv");
+    c.arg("--bounding-set=-fsetid").arg(plain.get_program());
+    for (k, v) in plain.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    c
+}
+
 /// Unmounts (lazily if busy) on drop, also when the test panics.
 pub struct MountGuard(pub PathBuf);
 
