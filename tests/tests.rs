@@ -34,4 +34,5 @@ mod relocate;
 mod relocate_cache;
 mod skips;
 mod survey;
+mod times;
 mod upgrade;

@@ -17,6 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::attrwatch::{AttrWatch, Watcher};
 use super::backend::{self, BackendChoice, BackendKind};
 use super::buffers::BufferPool;
 use super::fileio::Ring;
@@ -60,6 +61,9 @@ pub(crate) struct FileJob<'a, 'fd> {
     /// The crash-recovery record, opened by the in-place strategy before
     /// its first write and settled by the driver.
     pub record: &'a mut Option<Record>,
+    /// Other processes' attribute changes while the file is written in
+    /// place (`None` for relocation, or when no watch could be made).
+    pub attrs: &'a mut Option<AttrWatch<'fd>>,
 }
 
 /// The I/O thread's state: the ring with its buffers, and the throttle.
@@ -74,6 +78,8 @@ pub struct IoThread {
     own: Arc<OwnIo>,
     /// The drives behind each filesystem device seen (for the pacer).
     drives: HashMap<u64, Option<Vec<String>>>,
+    /// Watches files written in place for others' attribute changes.
+    watcher: Option<Watcher>,
 }
 
 impl IoThread {
@@ -106,6 +112,16 @@ impl IoThread {
                 chunk,
                 own,
                 drives: HashMap::new(),
+                watcher: match Watcher::new() {
+                    Ok(w) => Some(w),
+                    Err(e) => {
+                        tracing::warn!(
+                            "no inotify instance ({e}): files cannot be rewritten in place \
+                             (other processes' time changes could not be seen)"
+                        );
+                        None
+                    }
+                },
             },
             fallback,
         ))
@@ -286,6 +302,16 @@ fn refresh_file(
         lease::lease_break_time(),
     );
     let mut record: Option<Record> = None;
+    let mut attrs = match (&io.watcher, relocate) {
+        (Some(w), false) => match w.watch(fd) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::warn!("watching the file for attribute changes: {e}");
+                None
+            }
+        },
+        _ => None,
+    };
     let done = {
         // The handle lives in this block: every request is reaped when it
         // ends, before timestamps, sync and the lease's release below.
@@ -310,11 +336,23 @@ fn refresh_file(
                     report: &mut report,
                     progress,
                     record: &mut record,
+                    attrs: &mut attrs,
                 },
             ),
         }
     };
-    report.outcome = finish(&opened, &clock, done, &mut report, cfg, &mut record);
+    report.outcome = finish(
+        &opened,
+        &clock,
+        done,
+        &mut report,
+        cfg,
+        Settle {
+            record: &mut record,
+            attrs: attrs.as_mut(),
+        },
+    );
+    drop(attrs);
     release(opened);
     report.elapsed_s = start.elapsed().as_secs_f64();
     match &report.outcome {
@@ -357,44 +395,75 @@ fn release(opened: Opened) {
 /// futimens and an fsync, with room to spare.
 const TIMES_MARGIN: Duration = Duration::from_millis(500);
 
-/// Timestamps back (only if the lease still provably covers us and no
-/// write landed outside it), sync, layout check.
+/// What the end of a file settles besides the outcome.
+struct Settle<'s, 'w> {
+    /// The crash-recovery record, if one was taken.
+    record: &'s mut Option<Record>,
+    /// Other processes' attribute changes (in place only).
+    attrs: Option<&'s mut AttrWatch<'w>>,
+}
+
+/// Timestamps back (only if the lease still provably covers us, no write
+/// landed outside it, and nobody else changed the file's times or
+/// attributes), sync, layout check.
 fn finish(
     o: &Opened,
     clock: &LeaseClock<'_>,
     done: Done,
     report: &mut FileReport,
     cfg: &EngineConfig,
-    record: &mut Option<Record>,
+    s: Settle<'_, '_>,
 ) -> Outcome {
     let fd = o.fd.as_fd();
-    let mut failure: Option<(FailKind, String)> = None;
+    let mut failure: Option<(FailKind, String)> = lease_exposed(report, clock);
     // The record is settled once the times are back, or once we know they
     // must never be put back; a failed restore keeps it for recovery.
     let mut settled = true;
-    if !report.lease_exposed.is_empty() {
-        let total: u64 = report.lease_exposed.iter().map(|r| r.len).sum();
-        let first = report.lease_exposed[0];
-        failure = Some((
-            FailKind::LeaseRevoked,
-            format!(
-                "the kernel may have revoked the lease (lease-break-time {} s) while {} write(s) \
-             of {total} bytes were in flight; first at offset {} length {}: another process \
-             may have written there before them; mtime left as it is",
-                clock.break_time().as_secs(),
-                report.lease_exposed.len(),
-                first.offset,
-                first.len
-            ),
-        ));
-    }
+    let mut attrs = s.attrs;
     if done.wrote_in_place && !cfg.unsafe_switches.no_time_restore {
         if failure.is_some() {
             // Never put an old mtime over somebody's newer write.
         } else if clock.still_ours(TIMES_MARGIN) {
-            if let Err(e) = rustix::fs::futimens(fd, &o.meta.timestamps()) {
-                failure = Some((FailKind::Io, format!("restoring atime/mtime: {e}")));
-                settled = false;
+            #[cfg(test)]
+            super::test_hooks::at(fd, super::test_hooks::Point::BeforeTimes);
+            let may = match attrs.as_deref_mut() {
+                _ if cfg.unsafe_switches.ignore_others_times => Ok(()),
+                Some(a) => a.may_restore(fd),
+                None => Err("no watch for other processes' attribute changes"),
+            };
+            let theirs = attrs.as_deref().and_then(|a| a.theirs());
+            match (may, theirs) {
+                // Their times, put back over refreshd's own later writes.
+                (Err(_), Some((atime, mtime))) => {
+                    let times = rustix::fs::Timestamps {
+                        last_access: atime.to_timespec(),
+                        last_modification: mtime.to_timespec(),
+                    };
+                    report.times_left = Some(match rustix::fs::futimens(fd, &times) {
+                        Ok(()) => "another process set its times meanwhile: those are kept".into(),
+                        Err(e) => format!("another process set its times meanwhile ({e})"),
+                    });
+                }
+                (Err(why), None) => {
+                    report.times_left = Some(format!("times left as they are: {why}"))
+                }
+                (Ok(()), _) => match rustix::fs::futimens(fd, &o.meta.timestamps()) {
+                    Err(e) => {
+                        failure = Some((FailKind::Io, format!("restoring atime/mtime: {e}")));
+                        settled = false;
+                    }
+                    Ok(()) => {
+                        // Ours is one attribute change; another at the same
+                        // moment may have been overwritten: said so.
+                        if attrs.as_deref_mut().is_some_and(|a| a.restored()) {
+                            report.times_left = Some(
+                                "another process changed the times as they were put back: \
+                                 its change may have been overwritten"
+                                    .into(),
+                            );
+                        }
+                    }
+                },
             }
         } else {
             failure = Some((
@@ -405,18 +474,21 @@ fn finish(
             ));
         }
     }
+    #[cfg(test)]
+    super::test_hooks::at(fd, super::test_hooks::Point::BeforeFsync);
     if let Err(e) = rustix::fs::fsync(fd) {
         failure.get_or_insert((FailKind::Io, format!("fsync: {}", io::Error::from(e))));
     }
     if settled {
-        if let Some(r) = record.take() {
+        if let Some(r) = s.record.take() {
             if let Err(e) = r.finish() {
                 tracing::warn!("removing the recovery record: {e}");
             }
         }
     }
+    let others_changed_attrs = attrs.is_some_and(|a| a.changed());
     if done.wrote_in_place && report.lease_exposed.is_empty() {
-        if let Some(msg) = layout_changed(&o.meta, fd) {
+        if let Some(msg) = layout_changed(&o.meta, fd, others_changed_attrs) {
             failure.get_or_insert((FailKind::LayoutChanged, msg));
         }
     }
@@ -426,8 +498,30 @@ fn finish(
     }
 }
 
+/// Writes that may have landed after the kernel revoked the lease.
+fn lease_exposed(report: &FileReport, clock: &LeaseClock<'_>) -> Option<(FailKind, String)> {
+    let first = *report.lease_exposed.first()?;
+    let total: u64 = report.lease_exposed.iter().map(|r| r.len).sum();
+    Some((
+        FailKind::LeaseRevoked,
+        format!(
+            "the kernel may have revoked the lease (lease-break-time {} s) while {} write(s) \
+             of {total} bytes were in flight; first at offset {} length {}: another process \
+             may have written there before them; mtime left as it is",
+            clock.break_time().as_secs(),
+            report.lease_exposed.len(),
+            first.offset,
+            first.len
+        ),
+    ))
+}
+
 /// Size and allocation must be what they were. A change here is a bug.
-fn layout_changed(before: &guard::FileMeta, fd: std::os::fd::BorrowedFd<'_>) -> Option<String> {
+fn layout_changed(
+    before: &guard::FileMeta,
+    fd: std::os::fd::BorrowedFd<'_>,
+    others_changed_attrs: bool,
+) -> Option<String> {
     match guard::meta(fd) {
         Ok(after) if after.size != before.size => Some(format!(
             "size changed from {} to {} bytes",
@@ -437,7 +531,7 @@ fn layout_changed(before: &guard::FileMeta, fd: std::os::fd::BorrowedFd<'_>) -> 
             "allocation changed from {} to {} blocks",
             before.blocks, after.blocks
         )),
-        Ok(after) if after.mode != before.mode => Some(format!(
+        Ok(after) if after.mode != before.mode && !others_changed_attrs => Some(format!(
             "mode changed from {:o} to {:o}",
             before.mode, after.mode
         )),

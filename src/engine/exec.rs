@@ -322,6 +322,7 @@ impl Exec<'_, '_> {
                 self.stopping = Some(why);
                 return POLL;
             }
+            watch.writing();
             if let Err(e) = self.io.submit(s, Op::Write, c.offset, c.len as usize) {
                 self.fail(ExecError::Io {
                     op: "submitting a write",

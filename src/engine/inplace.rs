@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 
+use super::attrwatch::{AttrWatch, Seen};
 use super::driver::{self, Done, FileJob};
 use super::exec::{self, ExecParams};
 use super::fileio::FileIo;
@@ -19,15 +20,17 @@ use super::plan::{self, Chunk, PlanParams};
 use super::report::{Outcome, Range, ReadError, SkipReason};
 use super::sys::{read_exact_at, write_all_at};
 use super::throttle::{StopReason, Throttle, Watch};
-use crate::clock::Timestamp;
 use crate::inventory::journal::{self, Entry, Record};
 
-/// The executor's watch on a real file: cancel, the lease, free space.
+/// The executor's watch on a real file: cancel, the lease, free space,
+/// and the times its own writes leave (for the recovery record).
 struct FileWatch<'a, 'fd> {
     fd: BorrowedFd<'a>,
     clock: &'a mut LeaseClock<'fd>,
     /// The crash-recovery record, when there is a journal.
     record: Option<&'a mut Record>,
+    /// Other processes' attribute changes, and refreshd's own times.
+    attrs: &'a mut AttrWatch<'fd>,
     cancel: &'a AtomicBool,
     /// Watermark, when free space must be checked.
     watermark: Option<u64>,
@@ -49,19 +52,21 @@ impl Watch for FileWatch<'_, '_> {
         None
     }
 
+    /// No write of ours in flight: the file's times are ours unless
+    /// another process changed its attributes; the record keeps ours, or
+    /// says (synced) that it can no longer vouch for them.
     fn quiescent(&mut self) {
+        let seen = self.attrs.look(self.fd);
         let Some(r) = self.record.as_deref_mut() else {
             return;
         };
-        match rustix::fs::fstat(self.fd) {
-            Ok(st) => {
-                let m = Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec);
-                let c = Timestamp::from_stat(st.st_ctime, st.st_ctime_nsec);
-                if let Err(e) = r.observe(m, c) {
-                    tracing::warn!("updating the recovery record: {e}");
-                }
-            }
-            Err(e) => tracing::warn!("fstat for the recovery record: {e}"),
+        let done = match seen {
+            Ok(Seen::Own(m, c)) => r.observe(m, c),
+            Ok(Seen::Another) => r.changed_by_another(),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = done {
+            tracing::warn!("updating the recovery record: {e}");
         }
     }
 
@@ -74,6 +79,10 @@ impl Watch for FileWatch<'_, '_> {
             return Err(StopReason::LowSpace { free, watermark });
         }
         Ok(())
+    }
+
+    fn writing(&mut self) {
+        self.attrs.writing(self.fd);
     }
 
     fn lease_deadline(&self) -> Option<Instant> {
@@ -159,10 +168,15 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
             }
         }
     }
+    let Some(attrs) = job.attrs.as_mut() else {
+        let reason = "no watch for other processes' attribute changes (inotify): nothing written";
+        return Done::new(Outcome::failed(FailKind::Io, reason), false);
+    };
     let mut watch = FileWatch {
         fd,
         clock: &mut *job.clock,
         record: job.record.as_mut(),
+        attrs,
         cancel: &cfg.cancel,
         watermark,
     };
@@ -239,6 +253,11 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
             Err(BufferedError::Io(e)) => failure = Some((FailKind::Io, e)),
         }
     }
+    // Every write reaped: the times the last one left, for the record and
+    // for the driver's decision to put the originals back.
+    watch.quiescent();
+    #[cfg(test)]
+    super::test_hooks::at(fd, super::test_hooks::Point::Written);
     let outcome = if let Some((kind, reason)) = failure {
         Outcome::Failed { kind, reason }
     } else if let Some(why) = stop {
@@ -267,6 +286,7 @@ fn begin_record(j: &journal::Journal, fd: BorrowedFd<'_>) -> io::Result<Record> 
         left_mtime: taken.mtime,
         left_ctime: taken.ctime,
         lease_broken: false,
+        changed_by_another: false,
     })
 }
 
@@ -328,6 +348,7 @@ impl Buffered<'_> {
             self.throttle
                 .take_watching(c.len, self.watch)
                 .map_err(|why| BufferedError::Stop(why, c.offset))?;
+            self.watch.writing();
             let written = write_all_at(fd, &buf, c.offset);
             self.watch.quiescent();
             if self

@@ -5,6 +5,7 @@
 //! and its throttle; files are sent to it one at a time. Typically there is
 //! one engine per physical drive.
 
+pub mod attrwatch;
 pub mod backend;
 pub mod buffers;
 pub mod driver;
@@ -21,8 +22,12 @@ pub mod relocate;
 pub mod report;
 pub mod sys;
 #[cfg(test)]
+pub(crate) mod test_hooks;
+#[cfg(test)]
 pub(crate) mod testdev;
 pub mod throttle;
+#[cfg(test)]
+mod times_tests;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc};
@@ -63,6 +68,9 @@ pub struct UnsafeSwitches {
     /// Write files in place even when the kernel would strip their setuid
     /// bit or file capabilities.
     pub strip_privileges: bool,
+    /// Put the saved times back even when another process changed the
+    /// file's times or attributes meanwhile.
+    pub ignore_others_times: bool,
 }
 
 /// How an engine refreshes files.

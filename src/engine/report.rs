@@ -207,6 +207,11 @@ pub struct FileReport {
     /// they may have overwritten another process's data there.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub lease_exposed: Vec<Range>,
+    /// Why the original atime and mtime were not put back (another process
+    /// set the file's times or attributes meanwhile: they stay as it made
+    /// them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub times_left: Option<String>,
     /// The largest unit relocated at once (bytes), relocation only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub largest_unit: Option<u64>,
@@ -234,6 +239,7 @@ impl FileReport {
             read_errors: vec![],
             changed_meanwhile: vec![],
             lease_exposed: vec![],
+            times_left: None,
             largest_unit: None,
             verified: false,
             elapsed_s: 0.0,
@@ -286,11 +292,14 @@ impl FileReport {
                     0.0
                 };
                 format!(
-                    "refreshed   {p} ({} in {:.2} s, {}/s{}{extra})",
+                    "refreshed   {p} ({} in {:.2} s, {}/s{}{extra}){}",
                     format_size(self.bytes_refreshed),
                     self.elapsed_s,
                     format_size(mbps as u64),
                     if self.verified { ", verified" } else { "" },
+                    self.times_left
+                        .as_ref()
+                        .map_or(String::new(), |t| format!("; {t}")),
                 )
             }
             Outcome::WouldRefresh => {

@@ -133,6 +133,8 @@ pub trait Watch {
     /// No write of ours is in flight now (after one completed): the
     /// file's times are exactly what our own writes left.
     fn quiescent(&mut self) {}
+    /// A write of ours is about to be submitted.
+    fn writing(&mut self) {}
 }
 
 /// The rate limit shared by every file an engine refreshes, and the pacer

@@ -87,13 +87,20 @@ pub struct Entry {
     pub left_ctime: Timestamp,
     /// The lease was seen breaking: another process may have written.
     pub lease_broken: bool,
+    /// Another process changed the file's times or attributes while it
+    /// was written (`utimensat`, `chmod`: they break no lease): its times
+    /// are its own now, never to be put back.
+    #[serde(default)]
+    pub changed_by_another: bool,
 }
 
 impl Entry {
     /// Whether the record vouches for a file whose (mtime, ctime) are
     /// these: exactly what refreshd's own last write left.
     pub fn vouches_for(&self, mtime: Timestamp, ctime: Timestamp) -> bool {
-        !self.lease_broken && (mtime, ctime) == (self.left_mtime, self.left_ctime)
+        !self.lease_broken
+            && !self.changed_by_another
+            && (mtime, ctime) == (self.left_mtime, self.left_ctime)
     }
 }
 
@@ -143,6 +150,7 @@ impl From<v1::Entry> for Entry {
             left_mtime: Timestamp::from_nanos(e.left_mtime_ns),
             left_ctime: Timestamp::from_nanos(e.left_ctime_ns),
             lease_broken: e.lease_broken,
+            changed_by_another: false,
         }
     }
 }
@@ -171,6 +179,9 @@ pub fn decide(e: &Entry, now: &Observed) -> Verdict {
     }
     if e.lease_broken {
         return Verdict::Leave("the lease was broken: another process may have written");
+    }
+    if e.changed_by_another {
+        return Verdict::Leave("another process set its times or attributes meanwhile");
     }
     if !e.vouches_for(now.mtime, now.ctime) {
         return Verdict::Leave("changed since refreshd's last write");
@@ -315,6 +326,17 @@ impl Record {
             return Ok(());
         }
         self.entry.lease_broken = true;
+        self.file.write_all_at(&encode(&self.entry), 0)?;
+        self.file.sync_data()
+    }
+
+    /// Another process changed the file's times or attributes: from now on
+    /// the record vouches for nothing (synced: a crash must not restore).
+    pub fn changed_by_another(&mut self) -> io::Result<()> {
+        if self.entry.changed_by_another {
+            return Ok(());
+        }
+        self.entry.changed_by_another = true;
         self.file.write_all_at(&encode(&self.entry), 0)?;
         self.file.sync_data()
     }

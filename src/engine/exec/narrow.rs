@@ -61,6 +61,7 @@ impl Narrow<'_, '_> {
 
     /// Writes back one readable piece; false on a write error (recorded).
     fn write(&mut self, offset: u64, len: u64) -> bool {
+        self.watch.writing();
         let result = self.io.sync(0, Op::Write, offset, len as usize);
         self.watch.quiescent();
         if self

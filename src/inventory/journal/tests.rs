@@ -37,6 +37,7 @@ fn entry() -> Entry {
         left_mtime: t(200),
         left_ctime: t(200),
         lease_broken: false,
+        changed_by_another: false,
     }
 }
 
@@ -177,6 +178,7 @@ fn setup() -> (tempfile::TempDir, Journal, PathBuf, Record) {
             left_mtime: taken.mtime,
             left_ctime: taken.ctime,
             lease_broken: false,
+            changed_by_another: false,
         })
         .unwrap();
     f.write_all_at(&[7u8; 4096], 0).unwrap();

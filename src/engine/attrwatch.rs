@@ -1,0 +1,257 @@
+//! Whether anyone else changed a file's times or attributes while refreshd
+//! wrote it, and the times refreshd's own writes left.
+//!
+//! A write lease keeps other writers out, but not `utimensat`, `chmod`,
+//! `chown` or xattr changes: they need no open file. Times are put back
+//! only over refreshd's own change, so such a change must be seen. What
+//! tells it, while the file is under refreshd's lease:
+//!
+//! 1. `IN_ATTRIB` on the inode: chmod, chown, xattrs, both times set.
+//!    refreshd's writes never raise it.
+//! 2. `IN_MODIFY` (what `touch -m` raises, as a write does) while no
+//!    write of refreshd's was submitted since its last look (a write's
+//!    event is queued before its completion is reaped): not its own.
+//! 3. Times that moved with mtime ≠ ctime: a write sets both to one value;
+//!    an explicit mtime (`touch -m -d`) does not.
+//!
+//! A change seen before refreshd's next write (checked right before each
+//! submission) is captured with the times it left: at the end those are
+//! put back, over refreshd's own later writes — the file ends with the
+//! times the other process gave it.
+//!
+//! Residual (documented): a `touch -m` without a date (mtime = ctime =
+//! now) landing while a write of refreshd's is in flight cannot be told
+//! from that write (a timestamp rule would misfire on writes io_uring
+//! runs later on its workers): it is taken for refreshd's own.
+//! Once seen, a change stays seen for the file: its times are left as the
+//! other process made them, and the recovery record says so.
+//!
+//! One inotify instance per I/O thread (instances are few per user); a
+//! watch per file, removed when the file is done.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+
+use crate::clock::Timestamp;
+
+/// The I/O thread's inotify instance.
+#[derive(Debug)]
+pub struct Watcher(OwnedFd);
+
+impl Watcher {
+    pub fn new() -> io::Result<Watcher> {
+        Ok(Watcher(inotify::init(
+            CreateFlags::NONBLOCK | CreateFlags::CLOEXEC,
+        )?))
+    }
+
+    /// Starts watching the inode `file` refers to (through
+    /// `/proc/self/fd`: the very inode, no name resolved again), as it is
+    /// now (its times when refreshd took it).
+    pub fn watch<'w>(&'w self, file: BorrowedFd<'_>) -> io::Result<AttrWatch<'w>> {
+        let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        let wd = inotify::add_watch(
+            &self.0,
+            path.as_str(),
+            WatchFlags::ATTRIB | WatchFlags::MODIFY,
+        )?;
+        let (m, c) = times(file)?;
+        let mut w = AttrWatch {
+            inotify: self.0.as_fd(),
+            wd,
+            seen: false,
+            quiet: true,
+            taken: (m, c),
+            own: None,
+            theirs: None,
+            foreign: 0,
+            captured_at: 0,
+        };
+        w.events(); // left over from an earlier watch with the same number
+        w.seen = false;
+        Ok(w)
+    }
+}
+
+fn times(file: BorrowedFd<'_>) -> io::Result<(Timestamp, Timestamp)> {
+    let st = rustix::fs::fstat(file)?;
+    Ok((
+        Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec),
+        Timestamp::from_stat(st.st_ctime, st.st_ctime_nsec),
+    ))
+}
+
+/// A file watched while refreshd writes it.
+#[derive(Debug)]
+pub struct AttrWatch<'w> {
+    inotify: BorrowedFd<'w>,
+    wd: i32,
+    /// Another process's change was seen.
+    seen: bool,
+    /// No write of refreshd's submitted since its last look.
+    quiet: bool,
+    /// (mtime, ctime) when refreshd took the file.
+    taken: (Timestamp, Timestamp),
+    /// (mtime, ctime) as refreshd's own writes last left them.
+    own: Option<(Timestamp, Timestamp)>,
+    /// (atime, mtime) as another process left them, when its change was
+    /// seen before refreshd wrote again.
+    theirs: Option<(Timestamp, Timestamp)>,
+    /// Other processes' changes seen (batches of events), and how many
+    /// there were when `theirs` was captured.
+    foreign: u64,
+    captured_at: u64,
+}
+
+/// What a look at the file found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Only refreshd's own writes changed it: its (mtime, ctime) now.
+    Own(Timestamp, Timestamp),
+    /// Another process changed its times or attributes.
+    Another,
+}
+
+/// Events queued for one watch: (attribute changes, modifications).
+#[derive(Debug, Default, Clone, Copy)]
+struct Events {
+    attrib: u64,
+    modify: u64,
+}
+
+impl AttrWatch<'_> {
+    fn events(&mut self) -> Events {
+        let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+        let mut n = Events::default();
+        let mut reader = inotify::Reader::new(self.inotify, &mut buf);
+        // WOULDBLOCK: drained; another error: nothing more can be told.
+        while let Ok(e) = reader.next() {
+            let flags = e.events();
+            if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+                n.attrib += 1; // something was lost: assume the worst
+            } else if e.wd() == self.wd {
+                n.attrib += u64::from(flags.contains(ReadFlags::ATTRIB));
+                n.modify += u64::from(flags.contains(ReadFlags::MODIFY));
+            }
+        }
+        n
+    }
+
+    /// Events since the last call, judged by rules 1 and 2.
+    fn note_events(&mut self) {
+        let e = self.events();
+        if e.attrib > 0 || (self.quiet && e.modify > 0) {
+            self.seen = true;
+            self.foreign += 1;
+        }
+    }
+
+    /// Captures the times another process left (first change only).
+    fn capture(&mut self, st: &rustix::fs::Stat) {
+        if self.theirs.is_none() {
+            let a = Timestamp::from_stat(st.st_atime, st.st_atime_nsec);
+            let m = Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec);
+            self.theirs = Some((a, m));
+            self.captured_at = self.foreign;
+        }
+    }
+
+    /// A write of refreshd's is about to be submitted: what came before
+    /// it, while quiet, was another process's; a change seen now is
+    /// captured with the times it left.
+    pub fn writing(&mut self, file: BorrowedFd<'_>) {
+        let before = self.seen;
+        let now = rustix::fs::fstat(file).ok();
+        self.note_events();
+        if let Some(st) = now {
+            let m = Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec);
+            let c = Timestamp::from_stat(st.st_ctime, st.st_ctime_nsec);
+            if (m, c) != self.taken && m != c && !self.seen {
+                self.seen = true; // rule 3
+                self.foreign += 1;
+            }
+            if self.seen && !before {
+                self.capture(&st);
+            }
+        }
+        self.quiet = false;
+    }
+
+    /// The (atime, mtime) another process left, if its change was seen
+    /// before refreshd wrote again and nothing but refreshd's own writes
+    /// came after it: put back at the end, over those writes.
+    pub fn theirs(&self) -> Option<(Timestamp, Timestamp)> {
+        self.theirs.filter(|_| self.foreign == self.captured_at)
+    }
+
+    /// Whether anyone else changed the file's attributes so far.
+    pub fn changed(&mut self) -> bool {
+        self.note_events();
+        self.seen
+    }
+
+    /// Looks at the file when no write of refreshd's is in flight. The
+    /// times are read before the events, so a change landing in between
+    /// is seen as one.
+    pub fn look(&mut self, file: BorrowedFd<'_>) -> io::Result<Seen> {
+        let st = rustix::fs::fstat(file)?;
+        let m = Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec);
+        let c = Timestamp::from_stat(st.st_ctime, st.st_ctime_nsec);
+        let before = self.seen;
+        self.note_events();
+        self.quiet = true;
+        let moved = (m, c) != self.taken;
+        if moved && m != c && !self.seen {
+            self.seen = true; // rule 3
+            self.foreign += 1;
+        }
+        if self.seen && !before {
+            // No write of refreshd's in flight: these are theirs.
+            self.capture(&st);
+        }
+        if self.seen {
+            return Ok(Seen::Another);
+        }
+        if moved {
+            self.own = Some((m, c));
+        }
+        Ok(Seen::Own(m, c))
+    }
+
+    /// Whether the times may be put back now: nobody else changed the
+    /// file's times or attributes, and its (mtime, ctime) are exactly
+    /// what refreshd's own last write left.
+    pub fn may_restore(&mut self, file: BorrowedFd<'_>) -> Result<(), &'static str> {
+        let last = self.own;
+        match self.look(file) {
+            Err(_) => Err("its times could not be read"),
+            Ok(Seen::Another) => Err("another process changed its times or attributes meanwhile"),
+            Ok(Seen::Own(m, c)) if last.is_some_and(|l| l != (m, c)) => {
+                self.seen = true;
+                Err("its times are not what refreshd's own last write left")
+            }
+            Ok(Seen::Own(..)) => Ok(()),
+        }
+    }
+
+    /// After refreshd put the times back (one attribute change of its
+    /// own): whether another process changed them at the same moment.
+    pub fn restored(&mut self) -> bool {
+        let e = self.events();
+        let others = e.attrib > 1 || e.modify > 0;
+        self.seen |= others;
+        others
+    }
+}
+
+impl Drop for AttrWatch<'_> {
+    fn drop(&mut self) {
+        let _ = inotify::remove_watch(self.inotify, self.wd);
+    }
+}
+
+#[cfg(test)]
+mod tests;

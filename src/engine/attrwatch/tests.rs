@@ -1,0 +1,108 @@
+//! Each rule on a real file: what refreshd's own writes do, and what
+//! another process's `touch -m`, `touch -m -d`, `chmod` and `utime` do.
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+fn set_times(p: &Path, atime: (i64, i64), mtime: (i64, i64)) {
+    let ts = |(s, n): (i64, i64)| rustix::fs::Timespec {
+        tv_sec: s,
+        tv_nsec: n,
+    };
+    let t = rustix::fs::Timestamps {
+        last_access: ts(atime),
+        last_modification: ts(mtime),
+    };
+    rustix::fs::utimensat(rustix::fs::CWD, p, &t, rustix::fs::AtFlags::empty()).unwrap();
+}
+
+const OMIT: (i64, i64) = (0, rustix::fs::UTIME_OMIT);
+const NOW: (i64, i64) = (0, rustix::fs::UTIME_NOW);
+
+/// A file with old times, open for writing, and a watcher.
+fn written(tmp: &Path) -> (std::path::PathBuf, std::fs::File, Watcher) {
+    let p = tmp.join("f");
+    std::fs::write(&p, vec![1u8; 8192]).unwrap();
+    set_times(&p, (1_000, 0), (1_000, 0));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    (p, f, Watcher::new().unwrap())
+}
+
+fn our_write(w: &mut AttrWatch<'_>, f: &std::fs::File) {
+    w.writing(f.as_fd());
+    f.write_all_at(b"ours", 0).unwrap();
+    assert!(matches!(w.look(f.as_fd()), Ok(Seen::Own(..))), "our write");
+}
+
+#[test]
+fn refreshds_own_writes_are_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_p, f, watcher) = written(tmp.path());
+    let mut w = watcher.watch(f.as_fd()).unwrap();
+    for _ in 0..3 {
+        our_write(&mut w, &f);
+    }
+    f.sync_all().unwrap();
+    assert_eq!(w.may_restore(f.as_fd()), Ok(()));
+}
+
+#[test]
+fn another_processs_time_or_attribute_change_is_seen() {
+    type Change = fn(&Path);
+    let cases: [(&str, Change); 4] = [
+        ("touch -m (now)", |p| set_times(p, OMIT, NOW)),
+        ("touch -m -d", |p| set_times(p, OMIT, (1_234, 5))),
+        ("utime", |p| set_times(p, (7, 0), (8, 0))),
+        ("chmod", |p| {
+            std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap()
+        }),
+    ];
+    for (what, change) in cases {
+        for between_writes in [true, false] {
+            let tmp = tempfile::tempdir().unwrap();
+            let (p, f, watcher) = written(tmp.path());
+            let mut w = watcher.watch(f.as_fd()).unwrap();
+            our_write(&mut w, &f);
+            change(&p);
+            if between_writes {
+                // Then another write of ours (its times over theirs).
+                w.writing(f.as_fd());
+                f.write_all_at(b"ours", 0).unwrap();
+                assert_eq!(w.look(f.as_fd()).ok(), Some(Seen::Another), "{what}");
+            }
+            assert!(
+                w.may_restore(f.as_fd()).is_err(),
+                "{what}, between writes: {between_writes}"
+            );
+        }
+    }
+}
+
+#[test]
+fn another_processs_change_as_the_times_go_back_is_seen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (p, f, watcher) = written(tmp.path());
+    let mut w = watcher.watch(f.as_fd()).unwrap();
+    our_write(&mut w, &f);
+    assert_eq!(w.may_restore(f.as_fd()), Ok(()));
+    let old = rustix::fs::Timespec {
+        tv_sec: 1_000,
+        tv_nsec: 0,
+    };
+    let back = rustix::fs::Timestamps {
+        last_access: old,
+        last_modification: old,
+    };
+    rustix::fs::futimens(&f, &back).unwrap();
+    assert!(!w.restored(), "ours alone");
+    rustix::fs::futimens(&f, &back).unwrap();
+    set_times(&p, OMIT, NOW);
+    assert!(w.restored(), "their touch right after ours");
+}

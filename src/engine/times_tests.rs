@@ -1,0 +1,163 @@
+//! Times are put back only over refreshd's own change: another process's
+//! `touch -m`, `touch -m -d`, `utime` or `chmod` at each step of an
+//! in-place refresh — after the last write, right before the times go
+//! back, during the final fsync — is left as it made it, and the recovery
+//! record never vouches for its times. With the check switched off, the
+//! saved times are put over the other process's.
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::test_hooks::{self, Point};
+use super::{Engine, EngineConfig, Outcome, Target, UnsafeSwitches};
+use crate::inventory::journal::Journal;
+
+const OLD: (i64, i64) = (1_500_000_000, 7);
+
+fn set_times(p: &Path, atime: (i64, i64), mtime: (i64, i64)) {
+    let ts = |(s, n): (i64, i64)| rustix::fs::Timespec {
+        tv_sec: s,
+        tv_nsec: n,
+    };
+    let t = rustix::fs::Timestamps {
+        last_access: ts(atime),
+        last_modification: ts(mtime),
+    };
+    rustix::fs::utimensat(rustix::fs::CWD, p, &t, rustix::fs::AtFlags::empty()).unwrap();
+}
+
+fn mtime(p: &Path) -> (i64, i64) {
+    let m = std::fs::metadata(p).unwrap();
+    (m.mtime(), m.mtime_nsec())
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    TouchNow,
+    TouchDate,
+    Utime,
+    Chmod,
+}
+
+impl Change {
+    fn apply(self, p: &Path) {
+        let omit = (0, rustix::fs::UTIME_OMIT);
+        match self {
+            Change::TouchNow => set_times(p, omit, (0, rustix::fs::UTIME_NOW)),
+            Change::TouchDate => set_times(p, omit, (1_234_567_890, 1)),
+            Change::Utime => set_times(p, (1_111, 0), (2_222, 0)),
+            Change::Chmod => {
+                std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                    .unwrap()
+            }
+        }
+    }
+}
+
+/// Refreshes a file with old times in place; `change` runs at `at`.
+/// Returns the report, the file, its mtime after the change, and the
+/// state dir (whose journal must be empty).
+fn refresh(
+    at: Point,
+    change: Change,
+    sw: UnsafeSwitches,
+) -> (
+    super::FileReport,
+    PathBuf,
+    Option<(i64, i64)>,
+    tempfile::TempDir,
+) {
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = tmp.path().join("f");
+    std::fs::write(&p, vec![9u8; 256 << 10]).unwrap();
+    set_times(&p, OLD, OLD);
+    let ino = std::fs::metadata(&p).unwrap().ino();
+    let theirs = Arc::new(std::sync::Mutex::new(None));
+    let (p2, t2) = (p.clone(), theirs.clone());
+    test_hooks::set(ino, at, move || {
+        change.apply(&p2);
+        *t2.lock().unwrap() = Some(mtime(&p2));
+    });
+    let journal = Arc::new(Journal::open(&tmp.path().join("state")).unwrap());
+    let engine = Engine::start(EngineConfig {
+        journal: Some(journal.clone()),
+        strategy: crate::config::Strategy::Inplace,
+        unsafe_switches: sw,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let r = engine.refresh(Target::for_path(&p).unwrap(), None);
+    test_hooks::clear(ino);
+    assert!(
+        journal.entries().unwrap().is_empty(),
+        "the record is settled"
+    );
+    let t = *theirs.lock().unwrap();
+    (r, p, t, tmp)
+}
+
+#[test]
+fn another_processs_change_at_each_step_is_left_as_it_made_it() {
+    for at in [Point::Written, Point::BeforeTimes] {
+        for change in [
+            Change::TouchNow,
+            Change::TouchDate,
+            Change::Utime,
+            Change::Chmod,
+        ] {
+            let (r, p, theirs, _tmp) = refresh(at, change, UnsafeSwitches::default());
+            assert_eq!(r.outcome, Outcome::Refreshed, "{at:?} {change:?}");
+            assert!(
+                r.times_left.is_some(),
+                "{at:?} {change:?}: said so: {:?}",
+                r.human_line()
+            );
+            assert_eq!(
+                Some(mtime(&p)),
+                theirs,
+                "{at:?} {change:?}: left as it was made"
+            );
+            assert_ne!(mtime(&p), OLD, "{at:?} {change:?}");
+        }
+    }
+}
+
+#[test]
+fn a_change_during_the_final_fsync_comes_after_ours_and_stays() {
+    for change in [Change::TouchNow, Change::TouchDate, Change::Utime] {
+        let (r, p, theirs, _tmp) = refresh(Point::BeforeFsync, change, UnsafeSwitches::default());
+        assert_eq!(r.outcome, Outcome::Refreshed);
+        assert_eq!(Some(mtime(&p)), theirs, "{change:?}");
+    }
+}
+
+#[test]
+fn nothing_else_happening_the_times_go_back() {
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = tmp.path().join("f");
+    std::fs::write(&p, vec![9u8; 256 << 10]).unwrap();
+    set_times(&p, OLD, OLD);
+    let engine = Engine::start(EngineConfig {
+        strategy: crate::config::Strategy::Inplace,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let r = engine.refresh(Target::for_path(&p).unwrap(), None);
+    assert_eq!(r.outcome, Outcome::Refreshed);
+    assert_eq!(r.times_left, None);
+    assert_eq!(mtime(&p), OLD);
+}
+
+#[test]
+fn guard_off_the_saved_times_go_over_another_processs() {
+    let sw = UnsafeSwitches {
+        ignore_others_times: true,
+        ..UnsafeSwitches::default()
+    };
+    let (r, p, theirs, _tmp) = refresh(Point::BeforeTimes, Change::TouchDate, sw);
+    assert_eq!(r.outcome, Outcome::Refreshed);
+    assert_eq!(mtime(&p), OLD, "refreshd's saved mtime over theirs");
+    assert_ne!(Some(mtime(&p)), theirs);
+}
