@@ -31,6 +31,7 @@ pub mod engine;
 pub mod fsid;
 pub mod inventory;
 pub mod oneshot;
+pub mod pathtext;
 pub mod policy;
 pub mod protocol;
 pub mod refused;

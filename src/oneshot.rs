@@ -100,7 +100,7 @@ fn journal_for(opts: &RefreshOptions) -> Result<Option<Arc<Journal>>, UsageError
                         format!("interrupted run: recovery deferred ({why})")
                     }
                 };
-                eprintln!("recovery: {}: {what}", r.path.display());
+                eprintln!("recovery: {}: {what}", crate::pathtext::text(&r.path));
             }
         }
         Err(e) => eprintln!("warning: reading the recovery journal: {e}"),
@@ -248,7 +248,7 @@ pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageE
             break;
         }
         if let Some(pb) = &bar {
-            pb.set_message(target.display.display().to_string());
+            pb.set_message(crate::pathtext::text(&target.display));
         }
         let progress = bar
             .clone()

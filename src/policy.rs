@@ -371,6 +371,7 @@ impl Health {
 /// One file to rewrite.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanEntry {
+    #[serde(with = "crate::pathtext::json")]
     pub path: PathBuf,
     /// The device number at the last scan (this boot).
     pub dev: u64,

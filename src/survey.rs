@@ -29,7 +29,7 @@ pub struct SurveyOptions {
 /// A survey problem that stops it before anything is measured.
 #[derive(Debug, thiserror::Error)]
 pub enum SurveyError {
-    #[error("{path}: {reason}")]
+    #[error("{}: {reason}", crate::pathtext::text(path))]
     Path { path: PathBuf, reason: String },
     #[error(transparent)]
     Drive(#[from] drive::DriveError),
@@ -48,6 +48,7 @@ pub struct DriveReport {
     /// The drive name(s), `+`-joined for multi-device filesystems.
     pub device: String,
     pub drives: Vec<Drive>,
+    #[serde(with = "crate::pathtext::json_vec")]
     pub paths: Vec<PathBuf>,
     pub files: u64,
     pub bytes: u64,
@@ -116,19 +117,18 @@ pub fn run(opts: &SurveyOptions) -> Result<Vec<DriveReport>, SurveyError> {
             Some(_) => "healthy",
         }
         .to_string();
-        let plan = if judgement.below() {
-            policy::plan(
-                &files,
-                PlanRules {
-                    now,
-                    stale_after: opts.stale_after,
-                    min_interval: Duration::ZERO,
-                    budget_left: None,
-                },
-            )
-        } else {
-            Plan::default()
-        };
+        // What `refreshd refresh` of these trees would rewrite: the stale
+        // files, whatever the verdict (the daemon refreshes only a
+        // degraded drive: the verdict says whether it would).
+        let plan = policy::plan(
+            &files,
+            PlanRules {
+                now,
+                stale_after: opts.stale_after,
+                min_interval: Duration::ZERO,
+                budget_left: None,
+            },
+        );
         out.push(DriveReport {
             device,
             drives,
@@ -211,7 +211,7 @@ pub fn render(reports: &[DriveReport], opts: &SurveyOptions) -> String {
     let mut out = String::new();
     for r in reports {
         let ids: Vec<String> = r.drives.iter().map(|d| d.id.clone()).collect();
-        let roots: Vec<String> = r.paths.iter().map(|p| p.display().to_string()).collect();
+        let roots: Vec<String> = r.paths.iter().map(|p| crate::pathtext::text(p)).collect();
         let _ = writeln!(
             out,
             "{} ({}; {} files, {} under {})",
@@ -252,10 +252,15 @@ pub fn render(reports: &[DriveReport], opts: &SurveyOptions) -> String {
         if !r.plan.files.is_empty() {
             let _ = writeln!(
                 out,
-                "  plan: {} files, {}, oldest data {:.0} days",
+                "  plan: {} files, {}, oldest data {:.0} days{}",
                 r.plan.files.len(),
                 format_size(r.plan.bytes),
-                r.plan.files[0].age_days
+                r.plan.files[0].age_days,
+                if r.verdict == "degraded" {
+                    ""
+                } else {
+                    " (what `refreshd refresh` would rewrite; the daemon refreshes a degraded drive)"
+                }
             );
         }
         let errors: u64 = r

@@ -17,7 +17,7 @@ use crate::engine::{FileReport, SkipReason, Target};
 
 /// A path given on the command line that cannot be used as a whole.
 #[derive(Debug, thiserror::Error)]
-#[error("{}: {error}", path.display())]
+#[error("{}: {error}", crate::pathtext::text(path))]
 pub struct PathError {
     pub path: PathBuf,
     pub error: io::Error,

@@ -160,7 +160,6 @@ fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
     assert_eq!(code, 0, "{reports:#?}");
     let after = survey(&["--stale-after", "45d", "--sample-bytes", "96MiB"], &d.mnt);
     assert_eq!(after["verdict"], "healthy", "{after:#}");
-    assert!(after["plan"]["files"].as_array().unwrap().is_empty());
     let now: Vec<Fingerprint> = six.iter().chain(&two).map(|p| fingerprint(p)).collect();
     assert_eq!(before, now, "contents and times unchanged");
     // The survey never wrote into user files; mtimes still say 6 months.

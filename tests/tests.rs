@@ -25,6 +25,7 @@ mod layout;
 mod lease;
 mod limits;
 mod metadata;
+mod names;
 mod pacing;
 mod packaging;
 mod read_errors;

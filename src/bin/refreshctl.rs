@@ -129,7 +129,7 @@ fn run(c: &mut Client, cmd: Cmd, json: bool) -> Result<(String, Value, bool), Cl
     {
         let verb = Verb::Now {
             drive,
-            path: path.map(|p| p.to_string_lossy().into_owned()),
+            path: path.map(|p| refreshd::pathtext::text(&p)),
             force,
         };
         let (req, _) = c.call_as::<Vec<NowAccepted>>(verb)?;
@@ -165,7 +165,7 @@ fn run_plain(c: &mut Client, cmd: Cmd) -> Result<(String, Value), ClientError> {
         } => {
             let verb = Verb::Now {
                 drive,
-                path: path.map(|p| p.to_string_lossy().into_owned()),
+                path: path.map(|p| refreshd::pathtext::text(&p)),
                 force,
             };
             let (req, v) = c.call_as::<Vec<NowAccepted>>(verb)?;

@@ -326,7 +326,7 @@ pub fn render_fleet(c: &CoordinationReply) -> String {
 pub fn render_drives(v: &[DriveEntry]) -> String {
     let mut out = String::new();
     for d in v {
-        let paths: Vec<String> = d.paths.iter().map(|p| p.display().to_string()).collect();
+        let paths: Vec<String> = d.paths.iter().map(|p| crate::pathtext::text(p)).collect();
         if let Some(why) = &d.error {
             out.push_str(&format!("not watched: {}\n  {why}\n", paths.join(", ")));
             continue;
@@ -379,7 +379,7 @@ pub fn render_plan(v: &[PlanReply]) -> String {
                 "  {:>10}  {:>6.0} days  {}\n",
                 format_size(f.size),
                 f.age_days,
-                crate::engine::report::safe_path(&f.path)
+                crate::pathtext::text(&f.path)
             ));
         }
         if p.files.len() > 20 {

@@ -4,7 +4,7 @@
 //! or hostile request gets an error line and changes nothing.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,8 +25,12 @@ use crate::protocol::replies::{
 use crate::protocol::{self, Response, Verb, MAX_LINE};
 
 /// A reply as the wire's JSON (these types always serialize).
-fn to_value<T: serde::Serialize>(reply: T) -> Value {
-    serde_json::to_value(reply).unwrap_or(Value::Null)
+/// A reply as the wire's JSON. Paths serialize as text (`pathtext`), so
+/// this does not fail; if it ever did, the client gets the error, never a
+/// `null` it would misread.
+fn to_value<T: serde::Serialize>(reply: T) -> Result<Value, String> {
+    serde_json::to_value(reply)
+        .map_err(|e| format!("internal error: the reply cannot be encoded: {e}"))
 }
 
 /// Binds the socket: its directory is created (0755) if missing, a stale
@@ -214,15 +218,15 @@ fn handle(text: &str, peer: Peer, shared: &Shared) -> Response {
         ));
     }
     let resp = match &verb {
-        Verb::Status {} => Ok(to_value(status(shared))),
-        Verb::Drives {} => Ok(to_value(drives(shared))),
-        Verb::Plan {} => Ok(to_value(plan(shared))),
-        Verb::Survey {} => Ok(to_value(survey(shared))),
+        Verb::Status {} => to_value(status(shared)),
+        Verb::Drives {} => to_value(drives(shared)),
+        Verb::Plan {} => to_value(plan(shared)),
+        Verb::Survey {} => to_value(survey(shared)),
         Verb::Now { drive, path, force } => {
-            now(shared, &cfg, drive.as_deref(), path.as_deref(), *force).map(to_value)
+            now(shared, &cfg, drive.as_deref(), path.as_deref(), *force).and_then(to_value)
         }
-        Verb::Pause { drive } => pause(shared, drive.as_deref(), true).map(to_value),
-        Verb::Resume { drive } => pause(shared, drive.as_deref(), false).map(to_value),
+        Verb::Pause { drive } => pause(shared, drive.as_deref(), true).and_then(to_value),
+        Verb::Resume { drive } => pause(shared, drive.as_deref(), false).and_then(to_value),
     };
     match resp {
         Ok(v) => {
@@ -351,21 +355,25 @@ fn survey(shared: &Shared) -> Vec<SurveyReply> {
 }
 
 /// A path from a request: absolute, no NUL, no `..`, under a configured tree.
+/// A request's path, in the text form of `pathtext` (any bytes).
 fn check_path(cfg: &Config, p: &str) -> Result<PathBuf, String> {
-    if p.contains('\0') {
+    let Some(path) = crate::pathtext::parse(p) else {
+        return Err(format!("bad path {p:?}: a malformed \\x escape"));
+    };
+    let shown = crate::pathtext::text(&path);
+    if path.as_os_str().as_encoded_bytes().contains(&0) {
         return Err("bad path: contains a NUL byte".into());
     }
-    let path = Path::new(p);
     if !path.is_absolute() {
-        return Err(format!("bad path {p:?}: must be absolute"));
+        return Err(format!("bad path \"{shown}\": must be absolute"));
     }
     if path.components().any(|c| c == Component::ParentDir) {
-        return Err(format!("bad path {p:?}: must not contain '..'"));
+        return Err(format!("bad path \"{shown}\": must not contain '..'"));
     }
     if !cfg.paths.iter().any(|t| path.starts_with(&t.path)) {
-        return Err(format!("{p} is not under a configured path"));
+        return Err(format!("{shown} is not under a configured path"));
     }
-    Ok(path.to_path_buf())
+    Ok(path)
 }
 
 fn now(

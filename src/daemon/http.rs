@@ -43,6 +43,47 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
+/// OpenMetrics as the classic text format (0.0.4): counters' HELP and
+/// TYPE name the `_total` series, no UNIT or EOF lines, and the sampled
+/// latency quantiles are a summary (their type there).
+pub fn text_format(openmetrics: &str) -> String {
+    let mut counters = std::collections::HashSet::new();
+    for l in openmetrics.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            if let Some(name) = rest.strip_suffix(" counter") {
+                counters.insert(name.to_string());
+            }
+        }
+    }
+    let mut out = String::with_capacity(openmetrics.len());
+    for l in openmetrics.lines() {
+        if l == "# EOF" || l.starts_with("# UNIT ") {
+            continue;
+        }
+        let line = match l
+            .strip_prefix("# HELP ")
+            .or_else(|| l.strip_prefix("# TYPE "))
+        {
+            Some(rest) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let kind = &l[..7];
+                if counters.contains(name) {
+                    format!("{kind}{name}_total {tail}")
+                } else if kind == "# TYPE " && tail == "gauge" && name.ends_with("_latency_seconds")
+                {
+                    format!("{kind}{name} summary")
+                } else {
+                    l.to_string()
+                }
+            }
+            None => l.to_string(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
 /// Reads one request head and answers it.
 async fn one(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
@@ -66,11 +107,21 @@ async fn one(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
+    let openmetrics = String::from_utf8_lossy(&head)
+        .lines()
+        .any(|l| l.to_ascii_lowercase().starts_with("accept:") && l.contains("openmetrics"));
     let (status, ctype, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => (
+        // Prometheus asks for OpenMetrics; anything else (curl, promtool)
+        // gets the classic text format.
+        ("GET" | "HEAD", "/metrics") if openmetrics => (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             super::metrics_text(shared),
+        ),
+        ("GET" | "HEAD", "/metrics") => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            text_format(&super::metrics_text(shared)),
         ),
         ("GET" | "HEAD", _) => ("404 Not Found", "text/plain", "see /metrics\n".into()),
         _ => (

@@ -324,10 +324,10 @@ impl Round<'_> {
     fn file(&mut self, engine: &Engine, roots: &Roots, rec: &FileRecord) -> bool {
         let skip = self.store.resume_point(rec).unwrap_or(0);
         if skip > 0 {
-            tracing::info!(path = ?rec.path, skip, "resuming from checkpoint");
+            tracing::info!(path = %crate::pathtext::Log(&rec.path), skip, "resuming from checkpoint");
         }
         let Some(target) = roots.target(rec) else {
-            tracing::warn!(path = ?rec.path, "not beneath an open tree; skipped");
+            tracing::warn!(path = %crate::pathtext::Log(&rec.path), "not beneath an open tree; skipped");
             return true;
         };
         let done = Arc::new(AtomicU64::new(skip));
@@ -420,7 +420,7 @@ impl Round<'_> {
                 sm.failed += 1;
                 if sm.failures.len() < RoundSummary::KEEP {
                     sm.failures.push(FileProblem {
-                        path: crate::engine::report::safe_path(&rec.path),
+                        path: crate::pathtext::text(&rec.path),
                         reason: reason.clone(),
                     });
                 }
@@ -437,11 +437,11 @@ impl Round<'_> {
                     .today
                     .spend(inventory::now_secs(), report.bytes_refreshed);
                 self.refreshed.push(rec.clone());
-                tracing::info!(path = ?rec.path, bytes = report.bytes_refreshed, strategy = report.strategy, "refreshed");
+                tracing::info!(path = %crate::pathtext::Log(&rec.path), bytes = report.bytes_refreshed, strategy = report.strategy, "refreshed");
             }
             Outcome::Interrupted { reason, .. } => {
                 let _ = store.save_checkpoint(rec, done);
-                tracing::info!(path = ?rec.path, done, %reason, "interrupted; checkpointed");
+                tracing::info!(path = %crate::pathtext::Log(&rec.path), done, %reason, "interrupted; checkpointed");
                 return false;
             }
             Outcome::Skipped { reason, detail } => {
@@ -453,11 +453,11 @@ impl Round<'_> {
                 ) {
                     self.rescan = true;
                 }
-                tracing::info!(path = ?rec.path, %detail, "skipped");
+                tracing::info!(path = %crate::pathtext::Log(&rec.path), %detail, "skipped");
             }
             Outcome::Failed { reason, .. } => {
                 let _ = store.clear_checkpoint(rec.key());
-                tracing::warn!(path = ?rec.path, %reason, "failed");
+                tracing::warn!(path = %crate::pathtext::Log(&rec.path), %reason, "failed");
             }
             Outcome::WouldRefresh => {}
         }

@@ -36,7 +36,7 @@ impl Roots {
             );
             match fd.and_then(|fd| Ok((rustix::fs::fstat(&fd)?.st_dev, fd))) {
                 Ok((dev, fd)) => open.push((r.clone(), Arc::new(fd), dev)),
-                Err(e) => tracing::error!(root = %r.display(), "opening the tree: {e}"),
+                Err(e) => tracing::error!(root = %crate::pathtext::Log(r), "opening the tree: {e}"),
             }
         }
         Roots { open }

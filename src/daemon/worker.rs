@@ -380,8 +380,8 @@ fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) {
                 tracing::debug!(
                     files = stats.files,
                     seconds = stats.seconds,
-                    "scanned {}",
-                    root.display()
+                    root = %crate::pathtext::Log(root),
+                    "scanned"
                 );
                 for p in stats.problems.iter().take(20) {
                     tracing::warn!("{p}");

@@ -157,7 +157,7 @@ impl IoThread {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown".into());
-            tracing::error!(path = ?t.display, "internal error: {what}");
+            tracing::error!(path = %crate::pathtext::Log(&t.display), "internal error: {what}");
             FileReport::new(
                 t.display.clone(),
                 Outcome::Failed {
@@ -275,7 +275,7 @@ fn refresh_file(
     progress: Option<&mut Progress>,
 ) -> FileReport {
     let start = Instant::now();
-    let span = tracing::info_span!("refresh", path = ?t.display);
+    let span = tracing::info_span!("refresh", path = %crate::pathtext::Log(&t.display));
     let _enter = span.enter();
     let (opened, relocate) = match open(t, cfg) {
         Ok(x) => x,

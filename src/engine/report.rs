@@ -74,16 +74,6 @@ impl SkipReason {
     }
 }
 
-/// A path for a line of text: as it is when it is printable UTF-8, else
-/// quoted with escapes (a newline in a name must not start a new line in
-/// a log or a terminal; `--json` keeps names exact).
-pub fn safe_path(p: &std::path::Path) -> String {
-    match p.to_str() {
-        Some(s) if !s.chars().any(char::is_control) => s.to_string(),
-        _ => format!("{p:?}"),
-    }
-}
-
 /// Why a file failed, as a stable label (`failure` in JSON, `reason` in
 /// the metric `refreshd_refresh_files_total{outcome="failed"}`); the
 /// outcome's `reason` says it in words.
@@ -185,6 +175,7 @@ pub struct ReadError {
 /// The result for one file.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileReport {
+    #[serde(with = "crate::pathtext::json")]
     pub path: PathBuf,
     #[serde(flatten)]
     pub outcome: Outcome,
@@ -282,7 +273,7 @@ impl FileReport {
 
     /// One line for people: `refreshed /a (64.0 MiB in 0.31 s)`.
     pub fn human_line(&self) -> String {
-        let p = safe_path(&self.path);
+        let p = crate::pathtext::text(&self.path);
         let extra = self.exclusion_note();
         match &self.outcome {
             Outcome::Refreshed => {
@@ -342,19 +333,11 @@ impl FileReport {
 }
 
 #[cfg(test)]
-mod safe_path_tests {
+mod tests {
     use super::*;
-    use std::os::unix::ffi::OsStrExt;
-    use std::path::Path;
 
     #[test]
-    fn names_that_could_forge_lines_are_escaped() {
-        assert_eq!(safe_path(Path::new("/srv/a b.idx")), "/srv/a b.idx");
-        let nl = safe_path(Path::new("/srv/new\nline"));
-        assert!(!nl.contains('\n') && nl.contains("\\n"), "{nl}");
-        let bad = std::ffi::OsStr::from_bytes(b"/srv/\xff\x1b[31m");
-        let s = safe_path(Path::new(bad));
-        assert!(!s.contains('\x1b'), "{s}");
+    fn a_name_that_could_forge_a_line_stays_on_its_own() {
         let r = FileReport::new(PathBuf::from("/srv/x\ny"), Outcome::Refreshed);
         assert_eq!(r.human_line().lines().count(), 1);
     }

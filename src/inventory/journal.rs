@@ -79,6 +79,7 @@ pub struct Observed {
 pub struct Entry {
     pub version: u32,
     /// Where the file was (an absolute path); its identity is checked.
+    #[serde(with = "crate::pathtext::json")]
     pub path: PathBuf,
     /// The file when the refresh took it, under the lease.
     pub taken: Observed,
@@ -413,13 +414,13 @@ fn recover_records(files: Vec<PathBuf>) -> Vec<Recovered> {
         }
         match &outcome {
             RecoveryOutcome::Restored => {
-                tracing::info!(path = ?path, "restored the atime and mtime an interrupted refresh had moved")
+                tracing::info!(path = %crate::pathtext::Log(&path), "restored the atime and mtime an interrupted refresh had moved")
             }
             RecoveryOutcome::Left(why) => {
-                tracing::warn!(path = ?path, "interrupted refresh: mtime left as it is: {why}")
+                tracing::warn!(path = %crate::pathtext::Log(&path), "interrupted refresh: mtime left as it is: {why}")
             }
             RecoveryOutcome::Deferred(why) => {
-                tracing::info!(path = ?path, "interrupted refresh: recovery deferred: {why}")
+                tracing::info!(path = %crate::pathtext::Log(&path), "interrupted refresh: recovery deferred: {why}")
             }
         }
         out.push(Recovered { path, outcome });

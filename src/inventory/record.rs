@@ -23,6 +23,7 @@ pub struct FileRecord {
     pub ino: u64,
     /// `st_dev` at the last scan (this boot; display only).
     pub dev: u64,
+    #[serde(with = "crate::pathtext::json")]
     pub path: PathBuf,
     pub size: u64,
     pub alloc: u64,

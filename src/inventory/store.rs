@@ -192,7 +192,7 @@ impl Store {
             .map(|p| {
                 format!(
                     "{}: {} (its rows are kept)",
-                    crate::engine::report::safe_path(&p.path),
+                    crate::pathtext::text(&p.path),
                     p.error
                 )
             })

@@ -251,6 +251,7 @@ pub struct YieldingNow {
 /// A configured tree the daemon cannot watch.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct UnwatchedTree {
+    #[serde(with = "crate::pathtext::json")]
     pub path: PathBuf,
     pub reason: String,
 }
@@ -261,6 +262,7 @@ pub struct UnwatchedTree {
 pub struct DriveEntry {
     pub device: String,
     pub drives: Vec<Drive>,
+    #[serde(with = "crate::pathtext::json_vec")]
     pub paths: Vec<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -292,6 +294,7 @@ pub struct SampleRecord {
 pub struct SurveyReply {
     pub device: String,
     pub drives: Vec<Drive>,
+    #[serde(with = "crate::pathtext::json_vec")]
     pub paths: Vec<PathBuf>,
     pub state: HealthState,
     pub sample: Option<SampleRecord>,

@@ -265,7 +265,7 @@ impl Unreadable {
                 "none of the stale files could be opened for reading ({} of {tried} failed); \
                  first {}: {e}",
                 self.count,
-                crate::engine::report::safe_path(&path)
+                crate::pathtext::text(&path)
             ),
         ))
     }
@@ -457,14 +457,15 @@ fn write_canary(
     min_free: u64,
     rng: &mut SmallRng,
 ) -> Result<Candidate, String> {
-    let vfs = rustix::fs::statvfs(dir).map_err(|e| format!("statvfs {}: {e}", dir.display()))?;
+    let vfs = rustix::fs::statvfs(dir)
+        .map_err(|e| format!("statvfs {}: {e}", crate::pathtext::text(dir)))?;
     let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
     let reserve = min_free.min(CANARY_RESERVE);
     let Some(len) = canary_fits(want, free, reserve) else {
         return Err(format!(
             "only {} free on {}: no room for a {} canary above a {} reserve",
             crate::units::format_size(free),
-            dir.display(),
+            crate::pathtext::text(dir),
             crate::units::format_size(REGION),
             crate::units::format_size(reserve)
         ));
@@ -474,7 +475,7 @@ fn write_canary(
         OFlags::TMPFILE | OFlags::RDWR | OFlags::DIRECT | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
     )
-    .map_err(|e| format!("O_TMPFILE in {}: {e}", dir.display()))?;
+    .map_err(|e| format!("O_TMPFILE in {}: {e}", crate::pathtext::text(dir)))?;
     let mut pool = BufferPool::new(1, REQ);
     let mut off = 0;
     while off < len {
