@@ -75,7 +75,7 @@ fn privileged_lease_protects_a_concurrent_writer() {
     let waited = write_stamps(fs.dir.path(), &file);
     let report = rx.recv().unwrap();
     match &report.outcome {
-        Outcome::Interrupted { offset, reason } => {
+        Outcome::Interrupted { offset, reason, .. } => {
             assert!(*offset > 0 && *offset < SIZE as u64, "offset {offset}");
             assert!(reason.contains("opened"), "{reason}");
         }

@@ -3,6 +3,7 @@
 //! reason elsewhere and fail when REFRESHD_REQUIRE_PRIVILEGED_TESTS=1.
 #![allow(clippy::unwrap_used)]
 
+mod busy;
 mod cli;
 mod clock;
 mod controllers;
@@ -34,6 +35,7 @@ mod recovery;
 mod relocate;
 mod relocate_cache;
 mod skips;
+mod stress;
 mod survey;
 mod times;
 mod upgrade;

@@ -82,6 +82,8 @@ pub struct Metrics {
     pub yield_seconds: Family<Dev, CounterF>,
     pub yielding: Family<Dev, Gauge>,
     pub store_up: Family<Dev, Gauge>,
+    /// What the last scan could not read (its rows are kept).
+    pub scan_unreadable: Family<Dev, Gauge>,
     /// Configured trees that cannot be watched (missing, a symlink, …).
     pub unwatched_trees: Gauge,
     pub last_refresh: Family<Dev, Gauge>,
@@ -115,6 +117,7 @@ impl Metrics {
             read_errors: Family::default(),
             lease_exposed: Family::default(),
             store_up: Family::default(),
+            scan_unreadable: Family::default(),
             last_refresh: Family::default(),
             last_sample: Family::default(),
             requests: Family::default(),
@@ -204,6 +207,12 @@ impl Metrics {
             m.unwatched_trees.clone(),
         );
         r.register(
+            "scan_unreadable",
+            "Directories or entries the last scan of the drive could not read: their files \
+             keep their records (the log says why)",
+            m.scan_unreadable.clone(),
+        );
+        r.register(
             "store_up",
             "1 when the drive's worker has its state database open; 0 while it retries",
             m.store_up.clone(),
@@ -277,6 +286,7 @@ impl Metrics {
         self.stale_throughput.get_or_create(&dev).set(f64::NAN);
         self.fresh_throughput.get_or_create(&dev).set(f64::NAN);
         self.stale_bytes.get_or_create(&dev).set(0);
+        self.scan_unreadable.get_or_create(&dev).set(0);
         self.in_progress.get_or_create(&dev).set(0);
         self.refreshed_bytes.get_or_create(&dev).inc_by(0);
         self.read_errors.get_or_create(&dev).inc_by(0);
@@ -285,8 +295,11 @@ impl Metrics {
         self.yielding.get_or_create(&dev).set(0);
         // Failures by their stable reason, so `increase()` sees the first.
         let failed = crate::engine::report::FailKind::ALL.map(|k| ("failed", k.as_str()));
-        for (outcome, reason) in [("refreshed", ""), ("interrupted", "")]
+        let interrupted =
+            crate::engine::report::Interruption::ALL.map(|c| ("interrupted", c.as_str()));
+        for (outcome, reason) in [("refreshed", "")]
             .into_iter()
+            .chain(interrupted)
             .chain(failed)
         {
             self.files
@@ -337,7 +350,7 @@ impl Metrics {
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default(),
             ),
-            Outcome::Interrupted { .. } => ("interrupted", String::new()),
+            Outcome::Interrupted { cause, .. } => ("interrupted", cause.as_str().to_string()),
             Outcome::Failed { kind, .. } => ("failed", kind.as_str().to_string()),
         };
         self.files

@@ -3,21 +3,19 @@
 //! planned files one by one, resolved beneath their trees by identity,
 //! checkpointing progress and counting outcomes.
 
+use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::config::Settings;
 use crate::coordination::Ticket;
-use crate::engine::{Engine, EngineConfig, FileReport, Outcome};
+use crate::engine::{Engine, EngineConfig};
 use crate::inventory::{self, FileRecord, Store};
 use crate::policy::{self, Plan, PlanRules};
 
 use super::shared::{DriveCell, Progress, RoundSummary, Shared};
 use super::targets::Roots;
-use crate::protocol::replies::FileProblem;
 
 /// What a round did.
 #[derive(Debug, Default)]
@@ -60,6 +58,23 @@ fn slot_proven(ticket: Option<&Ticket>) -> bool {
         return true;
     }
     ticket.is_none_or(Ticket::holds)
+}
+
+/// How often a file another process interrupted is tried again in one
+/// round, and the pause before a retry when nothing else is left.
+const MAX_RETRIES: u32 = 2;
+const RETRY_PAUSE: Duration = Duration::from_secs(2);
+
+/// Waits `d`, or less when `stop` says so; true when it waited it out.
+fn pause(d: Duration, mut stop: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        if stop() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    true
 }
 
 /// Why a round stops between files (`None`: it goes on).
@@ -255,15 +270,29 @@ pub fn run(
     );
     let roots = Roots::open(&cell.roots);
     let mut finished = true;
-    for rec in &records {
+    // A file another process interrupts goes to the back of the round and
+    // is tried again after the others (after a pause when only such files
+    // are left): a busy file never holds up the rest of the drive.
+    let mut queue: VecDeque<(usize, u32)> = (0..records.len()).map(|i| (i, 0)).collect();
+    while let Some((i, tries)) = queue.pop_front() {
         if let Some(why) = must_stop(shared, cell, s, ticket, &mut result) {
             round.summary.stopped = Some(why.into());
             finished = false;
             break;
         }
-        if !round.file(&engine, &roots, rec) {
-            finished = false;
-            break;
+        if tries > 0 && queue.iter().all(|&(_, t)| t > 0) {
+            let stop = || must_stop(shared, cell, s, ticket, &mut RoundResult::default()).is_some();
+            if !pause(RETRY_PAUSE * tries, stop) {
+                continue; // stopping: the next turn says why
+            }
+        }
+        match round.file(&engine, &roots, &records[i], tries < MAX_RETRIES) {
+            Next::Go => {}
+            Next::Retry => queue.push_back((i, tries + 1)),
+            Next::Stop => {
+                finished = false;
+                break;
+            }
         }
     }
     drop(engine);
@@ -306,165 +335,9 @@ pub fn run(
     }
 }
 
-/// The round's running state.
-struct Round<'a> {
-    shared: &'a Shared,
-    cell: &'a DriveCell,
-    store: &'a Store,
-    ticket: Option<&'a Ticket>,
-    started: Instant,
-    progress: Progress,
-    refreshed: Vec<FileRecord>,
-    rescan: bool,
-    summary: RoundSummary,
-}
-
-impl Round<'_> {
-    /// One file; false when the round must stop (interrupted).
-    fn file(&mut self, engine: &Engine, roots: &Roots, rec: &FileRecord) -> bool {
-        let skip = self.store.resume_point(rec).unwrap_or(0);
-        if skip > 0 {
-            tracing::info!(path = %crate::pathtext::Log(&rec.path), skip, "resuming from checkpoint");
-        }
-        let Some(target) = roots.target(rec) else {
-            tracing::warn!(path = %crate::pathtext::Log(&rec.path), "not beneath an open tree; skipped");
-            return true;
-        };
-        let done = Arc::new(AtomicU64::new(skip));
-        let d2 = done.clone();
-        let rx = engine.submit_resuming(
-            target,
-            skip,
-            Some(Box::new(move |n| {
-                d2.fetch_add(n, Ordering::Relaxed);
-            })),
-        );
-        let base = self.progress.bytes_done;
-        let report = self.wait(rec, &rx, &done, base, skip);
-        self.shared.metrics.record_report(&self.cell.label, &report);
-        self.progress.bytes_done = base + rec.size;
-        self.progress.files_done += 1;
-        let go_on = self.settle(rec, &report, done.load(Ordering::Relaxed));
-        self.cell.lock().refresh = Some(self.progress.clone());
-        go_on
-    }
-
-    /// Waits for the file's report, checkpointing progress (twice a second
-    /// at most) and updating the status meanwhile.
-    fn wait(
-        &self,
-        rec: &FileRecord,
-        rx: &Receiver<FileReport>,
-        done: &AtomicU64,
-        base: u64,
-        skip: u64,
-    ) -> FileReport {
-        let mut last_saved = skip;
-        loop {
-            match rx.recv_timeout(Duration::from_millis(500)) {
-                Ok(r) => return r,
-                Err(RecvTimeoutError::Timeout) => {
-                    if !slot_proven(self.ticket) {
-                        // The slot cannot be proven held (even if the
-                        // session has not said so yet): stop the file.
-                        self.cell.cancel.store(true, Ordering::Relaxed);
-                    }
-                    let d = done.load(Ordering::Relaxed);
-                    if d > last_saved {
-                        let _ = self.store.save_checkpoint(rec, d);
-                        last_saved = d;
-                    }
-                    let mut st = self.cell.lock();
-                    if let Some(p) = st.refresh.as_mut() {
-                        p.bytes_done = base + d;
-                        let el = self.started.elapsed().as_secs_f64();
-                        // After 10 s, from the average rate so far, smoothed
-                        // (yielding makes the rate swing): a steady ETA.
-                        if p.bytes_done > 0 && el > 10.0 {
-                            let rate = p.bytes_done as f64 / el;
-                            let raw = p.bytes_total.saturating_sub(p.bytes_done) as f64 / rate;
-                            p.eta_seconds = Some(match p.eta_seconds {
-                                Some(e) => 0.8 * (e - 0.5).max(0.0) + 0.2 * raw,
-                                None => raw,
-                            });
-                        }
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    return FileReport::new(
-                        rec.path.clone(),
-                        Outcome::Failed {
-                            kind: crate::engine::report::FailKind::Internal,
-                            reason: "the I/O thread stopped".into(),
-                        },
-                    )
-                }
-            }
-        }
-    }
-
-    /// Records the outcome; false when the round must stop. A checkpoint
-    /// survives only an interruption (to resume the same file).
-    fn settle(&mut self, rec: &FileRecord, report: &FileReport, done: u64) -> bool {
-        let store = self.store;
-        let sm = &mut self.summary;
-        sm.bytes += report.bytes_refreshed;
-        match &report.outcome {
-            Outcome::Refreshed => sm.refreshed += 1,
-            Outcome::Skipped { .. } => sm.skipped += 1,
-            Outcome::Interrupted { reason, .. } => {
-                sm.interrupted += 1;
-                sm.stopped = Some(format!("interrupted: {reason}"));
-            }
-            Outcome::Failed { reason, .. } => {
-                sm.failed += 1;
-                if sm.failures.len() < RoundSummary::KEEP {
-                    sm.failures.push(FileProblem {
-                        path: crate::pathtext::text(&rec.path),
-                        reason: reason.clone(),
-                    });
-                }
-            }
-            Outcome::WouldRefresh => {}
-        }
-        match &report.outcome {
-            Outcome::Refreshed => {
-                let _ = store.clear_checkpoint(rec.key());
-                let now = inventory::now_secs();
-                let _ = store.mark_refreshed(rec.key(), now, report.generation);
-                self.cell
-                    .lock()
-                    .today
-                    .spend(inventory::now_secs(), report.bytes_refreshed);
-                self.refreshed.push(rec.clone());
-                tracing::info!(path = %crate::pathtext::Log(&rec.path), bytes = report.bytes_refreshed, strategy = report.strategy, "refreshed");
-            }
-            Outcome::Interrupted { reason, .. } => {
-                let _ = store.save_checkpoint(rec, done);
-                tracing::info!(path = %crate::pathtext::Log(&rec.path), done, %reason, "interrupted; checkpointed");
-                return false;
-            }
-            Outcome::Skipped { reason, detail } => {
-                use crate::engine::SkipReason;
-                let _ = store.clear_checkpoint(rec.key());
-                if matches!(
-                    reason,
-                    SkipReason::Replaced | SkipReason::Vanished | SkipReason::Symlink
-                ) {
-                    self.rescan = true;
-                }
-                tracing::info!(path = %crate::pathtext::Log(&rec.path), %detail, "skipped");
-            }
-            Outcome::Failed { reason, .. } => {
-                let _ = store.clear_checkpoint(rec.key());
-                tracing::warn!(path = %crate::pathtext::Log(&rec.path), %reason, "failed");
-            }
-            Outcome::WouldRefresh => {}
-        }
-        true
-    }
-}
-
 #[cfg(test)]
 #[path = "round_tests.rs"]
 mod tests;
+
+mod file;
+use file::{Next, Round};

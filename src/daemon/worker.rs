@@ -158,6 +158,11 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
             let suspect = st.health.state == HealthState::Suspect;
             (request, st.health.wants_refresh(), only, suspect)
         };
+        // An operator's `now --force` starts at once: a pause after a
+        // round that could not start does not hold it (the budget does).
+        if request.is_some_and(|r| r.force) && l.budget_until.is_none() {
+            l.refresh_not_before = Instant::now().min(l.refresh_not_before);
+        }
         let in_window = s.window.contains(local_minute());
         let paused = cell.paused.load(Ordering::Relaxed);
         let budget_spent = l.budget_until.is_some_and(|t| Instant::now() < t);
@@ -207,7 +212,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
                 if request.is_some() {
                     l.req.rescanned = true;
                 }
-                scan(&mut store, &cell, &s);
+                scan(&shared, &mut store, &cell, &s);
                 // The plan `refreshctl plan` shows: what a round would
                 // rewrite now, from the same rows the stale count is from.
                 let (plan, _) = super::round::plan(&cell, &store, &s, false, None);
@@ -372,11 +377,20 @@ fn open_store(shared: &Shared, cell: &DriveCell) -> Option<Store> {
 
 /// Rescans the drive's trees and counts what is stale, streaming the
 /// inventory (no list of files is kept).
-fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) {
+fn scan(shared: &Shared, store: &mut Store, cell: &DriveCell, s: &Settings) {
     let mut error = None;
+    let mut unreadable = 0;
     for root in &cell.roots {
         match store.scan(root) {
             Ok(stats) => {
+                unreadable += stats.unreadable;
+                if stats.unreadable > 0 {
+                    tracing::warn!(
+                        root = %crate::pathtext::Log(root),
+                        unreadable = stats.unreadable,
+                        "the scan could not read some directories: their files keep their records"
+                    );
+                }
                 tracing::debug!(
                     files = stats.files,
                     seconds = stats.seconds,
@@ -393,6 +407,13 @@ fn scan(store: &mut Store, cell: &DriveCell, s: &Settings) {
             }
         }
     }
+    shared
+        .metrics
+        .scan_unreadable
+        .get_or_create(&super::metrics::Dev {
+            device: cell.label.clone(),
+        })
+        .set(i64::try_from(unreadable).unwrap_or(i64::MAX));
     let now = inventory::now_secs();
     let (mut files, mut stale_files, mut stale_bytes) = (0u64, 0u64, 0u64);
     let mut wrong_clock = 0u64;

@@ -352,6 +352,12 @@ fn refresh_file(
             attrs: attrs.as_mut(),
         },
     );
+    let evidence = changed_by_another(&opened, &clock, relocate, &mut attrs);
+    report.outcome = as_outcome_of_another(
+        std::mem::replace(&mut report.outcome, Outcome::Refreshed),
+        evidence,
+        &mut report.read_errors,
+    );
     drop(attrs);
     release(opened);
     report.elapsed_s = start.elapsed().as_secs_f64();
@@ -496,6 +502,68 @@ fn finish(
         Some((kind, reason)) => Outcome::Failed { kind, reason },
         None => done.outcome,
     }
+}
+
+/// What shows that another process changed the file during its refresh
+/// (`None`: nothing does).
+fn changed_by_another(
+    o: &Opened,
+    clock: &LeaseClock<'_>,
+    relocated: bool,
+    attrs: &mut Option<AttrWatch<'_>>,
+) -> Option<String> {
+    let now = guard::meta(o.fd.as_fd()).ok()?;
+    if now.size != o.meta.size {
+        return Some(format!(
+            "another process changed its size from {} to {} bytes",
+            o.meta.size, now.size
+        ));
+    }
+    if clock.broke() {
+        return Some("another process opened it (the lease broke)".into());
+    }
+    if attrs.as_mut().is_some_and(|a| a.changed()) {
+        return Some("another process changed its times or attributes".into());
+    }
+    // Relocation moves blocks, never the times: moved ones are another's.
+    if relocated && (now.mtime != o.meta.mtime || now.ctime != o.meta.ctime) {
+        return Some("another process wrote to it".into());
+    }
+    None
+}
+
+/// A failure that another process's action explains is that process's
+/// doing, not refreshd's nor the drive's: the file is interrupted (tried
+/// again later), never failed, and no read error is counted against the
+/// drive. A real device error (EIO) stays a failure.
+fn as_outcome_of_another(
+    outcome: Outcome,
+    evidence: Option<String>,
+    read_errors: &mut Vec<super::report::ReadError>,
+) -> Outcome {
+    let Some(why) = evidence else {
+        return outcome;
+    };
+    let Outcome::Failed { kind, reason } = outcome else {
+        return outcome;
+    };
+    let eio = reason.contains("Input/output error")
+        || read_errors
+            .iter()
+            .any(|r| r.error.contains("Input/output error"));
+    let explained = match kind {
+        FailKind::Unreadable | FailKind::LayoutChanged | FailKind::Io => !eio,
+        _ => false,
+    };
+    if !explained {
+        return Outcome::Failed { kind, reason };
+    }
+    read_errors.clear();
+    Outcome::interrupted(
+        0,
+        super::report::Interruption::Changed,
+        format!("{why}; left as it made it ({reason})"),
+    )
 }
 
 /// Writes that may have landed after the kernel revoked the lease.

@@ -261,10 +261,7 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
     let outcome = if let Some((kind, reason)) = failure {
         Outcome::Failed { kind, reason }
     } else if let Some(why) = stop {
-        Outcome::Interrupted {
-            offset: resume.unwrap_or(0),
-            reason: why.to_string(),
-        }
+        Outcome::interrupted(resume.unwrap_or(0), why.cause(), why.to_string())
     } else {
         report.done_outcome()
     };

@@ -30,6 +30,8 @@ pub struct LeaseClock<'a> {
     leased: bool,
     last_held: Instant,
     break_time: Duration,
+    /// The kernel was seen taking the lease back (someone opened the file).
+    broke: bool,
 }
 
 impl<'a> LeaseClock<'a> {
@@ -40,7 +42,14 @@ impl<'a> LeaseClock<'a> {
             leased,
             last_held: taken_at,
             break_time,
+            broke: false,
         }
+    }
+
+    /// Whether the lease was seen breaking (another process opened or
+    /// truncated the file).
+    pub fn broke(&self) -> bool {
+        self.broke
     }
 
     pub fn leased(&self) -> bool {
@@ -63,7 +72,10 @@ impl<'a> LeaseClock<'a> {
                 self.last_held = asked;
                 true
             }
-            _ => false,
+            _ => {
+                self.broke = true;
+                false
+            }
         }
     }
 

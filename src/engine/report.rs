@@ -136,9 +136,11 @@ pub enum Outcome {
         reason: SkipReason,
         detail: String,
     },
-    /// Stopped early (lease break, cancel, low space); resume at `offset`.
+    /// Stopped early (another process, cancel, low space); resume at
+    /// `offset`.
     Interrupted {
         offset: u64,
+        cause: Interruption,
         reason: String,
     },
     Failed {
@@ -148,7 +150,50 @@ pub enum Outcome {
     },
 }
 
+/// Why a file stopped before its end, as a stable label (`cause` in JSON,
+/// `reason` of `refreshd_refresh_files_total{outcome="interrupted"}`).
+/// None of them is a failure: the file is tried again later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interruption {
+    /// Another process opened it (the lease broke).
+    InUse,
+    /// Another process changed it: truncated, punched, or replaced data
+    /// refreshd was moving.
+    Changed,
+    /// Free space fell to the watermark.
+    LowSpace,
+    /// Stopped on request: pause, shutdown, Ctrl-C, a lost fleet slot.
+    Cancelled,
+}
+
+impl Interruption {
+    pub const ALL: [Interruption; 4] = [
+        Interruption::InUse,
+        Interruption::Changed,
+        Interruption::LowSpace,
+        Interruption::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Interruption::InUse => "in_use",
+            Interruption::Changed => "changed",
+            Interruption::LowSpace => "low_space",
+            Interruption::Cancelled => "cancelled",
+        }
+    }
+}
+
 impl Outcome {
+    pub fn interrupted(offset: u64, cause: Interruption, reason: impl Into<String>) -> Outcome {
+        Outcome::Interrupted {
+            offset,
+            cause,
+            reason: reason.into(),
+        }
+    }
+
     pub fn failed(kind: FailKind, reason: impl Into<String>) -> Outcome {
         Outcome::Failed {
             kind,
@@ -302,7 +347,7 @@ impl FileReport {
             Outcome::Skipped { reason, detail } => {
                 format!("skipped     {p}: {}: {detail}", reason.as_str())
             }
-            Outcome::Interrupted { offset, reason } => format!(
+            Outcome::Interrupted { offset, reason, .. } => format!(
                 "interrupted {p} at offset {offset}: {reason} ({} refreshed)",
                 format_size(self.bytes_refreshed)
             ),

@@ -103,6 +103,18 @@ pub enum StopReason {
     LowSpace { free: u64, watermark: u64 },
 }
 
+impl StopReason {
+    /// The stable cause an interrupted file reports.
+    pub fn cause(&self) -> super::report::Interruption {
+        use super::report::Interruption;
+        match self {
+            StopReason::LeaseBroken => Interruption::InUse,
+            StopReason::Cancelled => Interruption::Cancelled,
+            StopReason::LowSpace { .. } => Interruption::LowSpace,
+        }
+    }
+}
+
 impl std::fmt::Display for StopReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

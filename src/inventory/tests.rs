@@ -267,3 +267,39 @@ fn the_last_refresh_under_a_root_is_one_query() {
         .expect("walk");
     assert_eq!(walked, Some(300), "the same as walking the records");
 }
+
+/// A directory that cannot be read keeps its rows (and their history):
+/// only a directory that is really gone loses them. Here every directory
+/// listing fails (getdents64 refused by a seccomp filter on the scanning
+/// thread, as EACCES would). Regression: such directories were treated as
+/// deleted, and their files' last_refresh went with them.
+#[test]
+fn an_unreadable_directory_keeps_its_rows() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path().to_path_buf();
+    write(&root.join("a"), 10);
+    write(&root.join("d/b"), 20);
+    let mut store = Store::memory().expect("store");
+    store.scan(&root).expect("scan");
+    let f = store.files(&root).expect("files").remove(0);
+    store.mark_refreshed(f.key(), 1234, None).expect("mark");
+    const SYS_GETDENTS64: u32 = 217;
+    let (stats, store) = testbed::seccomp::on_thread_refusing(SYS_GETDENTS64, libc::EACCES, {
+        let root = root.clone();
+        move || {
+            let s = store.scan(&root).expect("scan");
+            (s, store)
+        }
+    });
+    assert!(stats.unreadable >= 1, "{stats:?}");
+    assert_eq!(stats.removed, 0, "{stats:?}");
+    assert!(stats.problems[0].contains("Permission denied"), "{stats:?}");
+    assert_eq!(paths(&store, &root), ["a", "d/b"]);
+    let again = store.files(&root).expect("files");
+    assert!(again.iter().any(|g| g.last_refresh == Some(1234)));
+    // Really gone: the rows go.
+    let mut store = store;
+    std::fs::remove_dir_all(root.join("d")).expect("rm");
+    let s = store.scan(&root).expect("scan");
+    assert_eq!((s.removed, s.unreadable), (1, 0));
+}

@@ -345,3 +345,20 @@ mod slow_drives {
         assert!(j.below(), "degraded material");
     }
 }
+
+/// Regression: a 1 TB sparse file made a round announce 1 TB; a plan
+/// counts what a refresh rewrites, the allocated data.
+#[test]
+fn a_plan_counts_allocated_bytes_not_apparent_size() {
+    let sparse = FileRecord {
+        alloc: 8192,
+        ..rec(1, 200, None, 1 << 40)
+    };
+    let p = plan(&[sparse, rec(2, 200, None, 4096)], rules(Some(16384)));
+    assert_eq!(p.bytes, 8192 + 4096);
+    assert_eq!(
+        (p.files.len(), p.deferred_budget),
+        (2, 0),
+        "the budget is not spent on holes"
+    );
+}

@@ -9,6 +9,7 @@ pub mod disk;
 pub mod drive;
 pub mod measure;
 pub mod model;
+pub mod mutator;
 pub mod scenarios;
 pub mod seccomp;
 

@@ -74,12 +74,9 @@ impl Relocator<'_, '_> {
         while moved < blocks {
             let n = step.min(blocks - moved);
             match sys::move_extents(self.orig, self.temp.as_fd(), b0 + moved, n) {
-                Ok(0) => {
-                    return fail(
-                        FailKind::Io,
-                        format!("MOVE_EXT made no progress at offset {}", c.offset),
-                    )
-                }
+                // Nothing left to move there: another process truncated or
+                // punched the range meanwhile.
+                Ok(0) => return ChunkResult::Changed,
                 Ok(n) => moved += n,
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) && !small_pages => {
                     // Large folios (the application wrote or read the file
@@ -184,12 +181,8 @@ impl Relocator<'_, '_> {
         let mut pos = c.offset;
         while pos < c.end() {
             match sys::dedupe(self.temp.as_fd(), self.orig, pos, c.end() - pos) {
-                Ok(Dedupe::Same(0)) => {
-                    return fail(
-                        FailKind::Io,
-                        format!("FIDEDUPERANGE made no progress at offset {pos}"),
-                    )
-                }
+                // The range is not there any more (truncated meanwhile).
+                Ok(Dedupe::Same(0)) => return ChunkResult::Changed,
                 Ok(Dedupe::Same(n)) => {
                     pos += n;
                     self.moved += n;

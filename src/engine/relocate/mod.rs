@@ -40,7 +40,7 @@ use super::backend::Op;
 use super::driver::{Done, FileJob};
 use super::fileio::FileIo;
 use super::plan::{self, Chunk, PlanParams};
-use super::report::{Outcome, ReadError, SkipReason};
+use super::report::{Interruption, Outcome, ReadError, SkipReason};
 use super::sys::{self, read_exact_at, write_all_at, FsKind};
 use super::throttle::{StopReason, Watch};
 
@@ -456,20 +456,17 @@ fn relocate_units(mut r: Relocator<'_, '_>, units: &[Chunk], job: &mut FileJob<'
         }
         i += 1;
         if cfg.cancel.load(Ordering::Relaxed) {
-            outcome = Some(Outcome::Interrupted {
-                offset: u.offset,
-                reason: StopReason::Cancelled.to_string(),
-            });
+            let why = StopReason::Cancelled;
+            outcome = Some(Outcome::interrupted(u.offset, why.cause(), why.to_string()));
             break;
         }
         let size_now = rustix::fs::fstat(orig).map_or(0, |s| s.st_size as u64);
         if size_now < o.meta.size {
-            outcome = Some(Outcome::Interrupted {
-                offset: u.offset,
-                reason: format!(
-                    "another process truncated the file to {size_now} bytes; left as it is"
-                ),
-            });
+            outcome = Some(Outcome::interrupted(
+                u.offset,
+                Interruption::Changed,
+                format!("another process truncated the file to {size_now} bytes; left as it is"),
+            ));
             break;
         }
         let free = free_bytes(orig);
@@ -481,18 +478,12 @@ fn relocate_units(mut r: Relocator<'_, '_>, units: &[Chunk], job: &mut FileJob<'
                     detail: why,
                 }
             } else {
-                Outcome::Interrupted {
-                    offset: u.offset,
-                    reason: why,
-                }
+                Outcome::interrupted(u.offset, Interruption::LowSpace, why)
             });
             break;
         }
         if let Err(why) = job.throttle.take_unit_watching(u.len, &mut watch) {
-            outcome = Some(Outcome::Interrupted {
-                offset: u.offset,
-                reason: why.to_string(),
-            });
+            outcome = Some(Outcome::interrupted(u.offset, why.cause(), why.to_string()));
             break;
         }
         let largest = job.report.largest_unit.get_or_insert(0);
