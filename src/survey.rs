@@ -249,7 +249,8 @@ pub fn render(reports: &[DriveReport], opts: &SurveyOptions) -> String {
             j.reasons.join("; ")
         };
         let _ = writeln!(out, "  verdict: {} ({why}; one round)", r.verdict);
-        if !r.plan.files.is_empty() {
+        // A slow drive: a rewrite cannot help, so no plan is shown.
+        if !r.plan.files.is_empty() && r.verdict != "slow" {
             let _ = writeln!(
                 out,
                 "  plan: {} files, {}, oldest data {:.0} days{}",

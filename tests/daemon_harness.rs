@@ -228,10 +228,20 @@ impl Daemon {
     }
 }
 
+/// GET as Prometheus does (OpenMetrics asked for).
 pub fn http_get(port: u16, path: &str) -> String {
+    http_get_accepting(port, path, "application/openmetrics-text;version=1.0.0")
+}
+
+/// GET with an `Accept` header (`*/*`: the classic text format).
+pub fn http_get_accepting(port: u16, path: &str, accept: &str) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nAccept: {accept}\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out

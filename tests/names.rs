@@ -212,7 +212,8 @@ fn one_case(fs: &LoopFs, case: usize, names: &[Vec<u8>]) {
     let (code, table, _) = d.ctl(&["plan"]);
     assert_eq!(code, 0);
     assert!(!table.contains('\x1b'), "{table}");
-    let metrics = d.metrics();
+    // The classic text format, as curl gets it, for promtool.
+    let metrics = http_get_accepting(port, "/metrics", "*/*");
     let body = metrics
         .split("\r\n\r\n")
         .nth(1)
