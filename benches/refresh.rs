@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use helpers::{pattern, LoopFs};
 use io_uring::{opcode, types, IoUring};
-use refreshd::engine::buffers::BufferPool;
+use refreshd::io::buffers::BufferPool;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)

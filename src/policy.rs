@@ -377,7 +377,7 @@ pub struct PlanEntry {
     pub dev: u64,
     /// The filesystem's identity (UUID; stable across reboots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fs: Option<crate::fsid::FsId>,
+    pub fs: Option<crate::io::fsid::FsId>,
     pub ino: u64,
     pub size: u64,
     pub age_days: f64,

@@ -42,7 +42,7 @@ fn refusal(p: &Path, lst: &std::fs::Metadata) -> Option<String> {
         );
     }
     let magic = rustix::fs::statfs(p).ok()?.f_type;
-    if crate::engine::sys::FsKind::from_magic(magic).is_some() {
+    if crate::io::syscalls::FsKind::from_magic(magic).is_some() {
         return None;
     }
     let name = match magic {
@@ -94,12 +94,12 @@ pub(crate) fn open_subdir(root: BorrowedFd<'_>, rel: &Path) -> rustix::io::Resul
     if rel.as_os_str().is_empty() {
         return rustix::io::dup(root);
     }
-    crate::resolve::open(
+    crate::io::resolve::open(
         root,
         rel,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
         Mode::empty(),
-        crate::resolve::Rules::BENEATH,
+        crate::io::resolve::Rules::BENEATH,
     )
 }
 

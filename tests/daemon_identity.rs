@@ -179,7 +179,7 @@ fn privileged_engine_refuses_a_file_that_is_not_the_expected_one() {
     write_file(&file, &pattern(1 << 20, 95));
     let m = std::fs::metadata(&file).unwrap();
     let planned = Identity {
-        fs: refreshd::fsid::of(std::os::fd::AsFd::as_fd(
+        fs: refreshd::io::fsid::of(std::os::fd::AsFd::as_fd(
             &std::fs::File::open(&file).unwrap(),
         ))
         .unwrap(),

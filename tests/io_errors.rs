@@ -234,7 +234,7 @@ fn privileged_revoked_lease_never_lets_a_write_land_on_a_writer() {
 /// Device offset of file offset `off` (FIEMAP).
 fn device_offset(path: &Path, off: u64) -> u64 {
     let f = File::open(path).unwrap();
-    let ext = refreshd::engine::sys::fiemap(std::os::fd::AsFd::as_fd(&f))
+    let ext = refreshd::io::syscalls::fiemap(std::os::fd::AsFd::as_fd(&f))
         .unwrap()
         .into_iter()
         .find(|e| e.logical <= off && off < e.logical + e.length)
@@ -395,7 +395,7 @@ fn punch_mid_refresh(kind: &'static str, relocate: bool, switches: UnsafeSwitche
         );
         assert!(std::fs::read(&f).unwrap() == want, "content: {what}");
         // The preallocated range is unwritten, never written by refreshd.
-        let unwritten = fiemap_bytes(&f, refreshd::engine::sys::FIEMAP_EXTENT_UNWRITTEN);
+        let unwritten = fiemap_bytes(&f, refreshd::io::syscalls::FIEMAP_EXTENT_UNWRITTEN);
         assert!(unwritten >= 4 * MIB as u64, "unwritten {unwritten}: {what}");
         // The punched ranges stay unallocated: no data resurrected there.
         use refreshd::engine::plan::seek_data_ranges;

@@ -7,12 +7,12 @@ use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::PathBuf;
 
 use crate::helpers::*;
-use refreshd::engine::sys;
+use refreshd::io::syscalls;
 
 const SIZES: [u64; 9] = [0, 1, 511, 4095, 4096, 4097, 10_000, (1 << 20) + 1, 64 << 20];
 
 fn unwritten_bytes(path: &std::path::Path) -> u64 {
-    fiemap_bytes(path, sys::FIEMAP_EXTENT_UNWRITTEN)
+    fiemap_bytes(path, syscalls::FIEMAP_EXTENT_UNWRITTEN)
 }
 
 fn layout_case(kind: &'static str) {

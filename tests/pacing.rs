@@ -32,7 +32,7 @@ impl AppReader {
         let (s, n) = (stop.clone(), reads.clone());
         let thread = std::thread::spawn(move || {
             use std::os::unix::fs::FileExt;
-            let mut pool = refreshd::engine::buffers::BufferPool::new(1, 4096);
+            let mut pool = refreshd::io::buffers::BufferPool::new(1, 4096);
             let mut x = 12345u64;
             while !s.load(Ordering::Relaxed) {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1);

@@ -7,7 +7,7 @@ use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 
 use crate::helpers::*;
-use refreshd::engine::sys;
+use refreshd::io::syscalls;
 use testbed::{Drive, DriveOptions, Model};
 
 #[test]
@@ -34,7 +34,7 @@ fn privileged_unreadable_range_is_reported_and_never_written() {
     // Device offset of file offset 5 MiB + 12 KiB, from FIEMAP.
     let bad_file_off: u64 = (5 << 20) + 12288;
     let f = File::open(&p).unwrap();
-    let ext = sys::fiemap(std::os::fd::AsFd::as_fd(&f))
+    let ext = syscalls::fiemap(std::os::fd::AsFd::as_fd(&f))
         .unwrap()
         .into_iter()
         .find(|e| e.logical <= bad_file_off && bad_file_off < e.logical + e.length)
@@ -83,7 +83,7 @@ fn privileged_unreadable_range_is_reported_and_never_written() {
         .custom_flags(libc::O_DIRECT)
         .open(&p)
         .unwrap();
-    let mut pool = refreshd::engine::buffers::BufferPool::new(1, 16 << 20);
+    let mut pool = refreshd::io::buffers::BufferPool::new(1, 16 << 20);
     let tail_off = bad_file_off + 8192;
     for r in [0..bad_file_off, tail_off..16 << 20] {
         let len = (r.end - r.start) as usize;
@@ -122,7 +122,7 @@ fn privileged_relocation_never_replaces_unreadable_data() {
         d.sync().unwrap();
         let bad_file_off: u64 = (5 << 20) + 12288;
         let f = File::open(&p).unwrap();
-        let ext = sys::fiemap(std::os::fd::AsFd::as_fd(&f))
+        let ext = syscalls::fiemap(std::os::fd::AsFd::as_fd(&f))
             .unwrap()
             .into_iter()
             .find(|e| e.logical <= bad_file_off && bad_file_off < e.logical + e.length)
@@ -156,7 +156,7 @@ fn privileged_relocation_never_replaces_unreadable_data() {
             .custom_flags(libc::O_DIRECT)
             .open(&p)
             .unwrap();
-        let mut pool = refreshd::engine::buffers::BufferPool::new(1, 1 << 20);
+        let mut pool = refreshd::io::buffers::BufferPool::new(1, 1 << 20);
         let buf = &mut pool.get_mut(0)[..4096];
         let e = f
             .read_exact_at(buf, bad_file_off)

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::helpers::*;
 use refreshd::config::Strategy;
-use refreshd::engine::sys::{self, FIEMAP_EXTENT_SHARED, FIEMAP_EXTENT_UNWRITTEN};
+use refreshd::io::syscalls::{self, FIEMAP_EXTENT_SHARED, FIEMAP_EXTENT_UNWRITTEN};
 use refreshd::engine::{Engine, EngineConfig, Target, UnsafeSwitches};
 use testbed::{Drive, DriveOptions};
 
@@ -25,7 +25,7 @@ const MIB: usize = 1 << 20;
 
 fn physical(path: &Path) -> Vec<(u64, u64)> {
     let f = File::open(path).unwrap();
-    sys::fiemap(std::os::fd::AsFd::as_fd(&f))
+    syscalls::fiemap(std::os::fd::AsFd::as_fd(&f))
         .unwrap()
         .iter()
         .map(|e| (e.logical, e.physical))

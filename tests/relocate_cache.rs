@@ -7,12 +7,12 @@ use std::fs::File;
 use std::os::fd::AsFd;
 
 use crate::helpers::*;
-use refreshd::engine::sys;
+use refreshd::io::syscalls;
 
 const MIB: usize = 1 << 20;
 
 fn resident(f: &File, len: usize) -> usize {
-    sys::resident_pages(f.as_fd(), 0, len as u64)
+    syscalls::resident_pages(f.as_fd(), 0, len as u64)
         .unwrap()
         .iter()
         .filter(|&&r| r)

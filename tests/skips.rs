@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use crate::helpers::*;
-use refreshd::engine::sys;
+use refreshd::io::syscalls;
 
 /// A child process killed on drop.
 struct Holder(Child);
@@ -187,7 +187,7 @@ fn privileged_unsupported_filesystem_is_refused() {
 }
 
 fn shared_bytes(p: &Path) -> u64 {
-    fiemap_bytes(p, sys::FIEMAP_EXTENT_SHARED)
+    fiemap_bytes(p, syscalls::FIEMAP_EXTENT_SHARED)
 }
 
 fn reflink_case(kind: &'static str) {

@@ -34,7 +34,7 @@ fn btime_ns(p: &Path) -> i64 {
 
 fn generation(p: &Path) -> u32 {
     let f = std::fs::File::open(p).unwrap();
-    refreshd::engine::sys::inode_generation(f.as_fd()).unwrap()
+    refreshd::io::syscalls::inode_generation(f.as_fd()).unwrap()
 }
 
 /// The fixture's files, made again, and the template filled with them.

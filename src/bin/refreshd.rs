@@ -186,7 +186,7 @@ fn main() -> ExitCode {
     ) {
         // Before any thread starts: which way names are resolved here (a
         // seccomp filter may refuse openat2), said once in the log.
-        refreshd::resolve::probe();
+        refreshd::io::resolve::probe();
     }
     let code = match cli.command {
         Command::Survey(a) => survey(a),

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use super::{Config, Problem};
-use crate::engine::sys::FsKind;
+use crate::io::syscalls::FsKind;
 
 /// Why a configured tree cannot be used now, or `None`.
 pub fn tree_problem(path: &Path) -> Option<String> {

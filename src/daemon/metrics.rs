@@ -260,7 +260,7 @@ impl Metrics {
 
     /// Brings the refused-call counters up to the process's counts.
     pub fn sync_refusals(&self) {
-        for (call, n) in crate::refused::counts() {
+        for (call, n) in crate::io::refused::counts() {
             let c = self.syscalls_refused.get_or_create(&SyscallLabel {
                 call: call.label().into(),
             });

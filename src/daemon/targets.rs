@@ -74,7 +74,7 @@ mod tests {
 
     fn rec(path: &str) -> FileRecord {
         FileRecord {
-            fs: crate::fsid::FsId::Dev(1),
+            fs: crate::io::fsid::FsId::Dev(1),
             dev: 1,
             ino: 2,
             path: path.into(),

@@ -18,12 +18,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::attrwatch::{AttrWatch, Watcher};
-use super::backend::{self, BackendChoice, BackendKind};
-use super::buffers::BufferPool;
-use super::fileio::Ring;
+use crate::io::backend::{self, BackendChoice, BackendKind};
+use crate::io::buffers::BufferPool;
+use crate::io::fileio::Ring;
 use super::guard::{self, Opened, Refusal, Target};
 use super::lease::{self, LeaseClock};
-use super::pace::{DeviceCounters, OwnIo, PaceConfig, Pacer, SysBlock};
+use super::pace::{DeviceCounters, PaceConfig, Pacer, SysBlock};
+use crate::io::account::OwnIo;
 use super::report::{FailKind, FileReport, Outcome, Range, SkipReason};
 use super::throttle::Throttle;
 use super::{inplace, relocate, EngineConfig, EngineError, Progress};
@@ -141,8 +142,10 @@ impl IoThread {
         progress: Option<&mut Progress>,
     ) -> FileReport {
         // Per file, on this thread: ioprio is per thread and may change.
-        self.own
-            .set_write_ioprio(cfg.pace.priority, super::sys::write_ioprio());
+        self.own.set_write_ioprio(super::pace::write_ioprio(
+            cfg.pace.priority,
+            crate::io::syscalls::write_ioprio(),
+        ));
         // Opening and planning read metadata (inodes, extent trees) and the
         // end syncs it: our own I/O, not countable per request. The pacer
         // leaves those ticks out, so they are not taken for an application.
@@ -369,7 +372,7 @@ fn refresh_file(
 }
 
 fn run_strategy(
-    fio: &mut super::fileio::FileIo<'_>,
+    fio: &mut crate::io::fileio::FileIo<'_>,
     relocate: bool,
     mut job: FileJob<'_, '_>,
 ) -> Done {

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::backend::Op;
-use super::fileio::FileIo;
+use crate::io::backend::Op;
+use crate::io::fileio::FileIo;
 use super::lease::WriteWindow;
 use super::plan::Chunk;
 use super::throttle::{StopReason, Throttle, Watch, POLL};
@@ -343,7 +343,7 @@ impl Exec<'_, '_> {
 
     fn on_completion(
         &mut self,
-        c: super::backend::Completion,
+        c: crate::io::backend::Completion,
         watch: &mut dyn Watch,
         progress: &mut dyn FnMut(u64),
     ) {

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::backend::Op;
+use crate::io::backend::Op;
 use super::exec::{run_direct, ExecParams};
-use super::fileio::{test_switch, Ring};
+use crate::io::fileio::{test_switch, Ring};
 use super::plan::Chunk;
 use super::relocate::read_pieces;
-use super::testdev::{Disk, MemDevice, Order};
+use crate::io::testdev::{Disk, MemDevice, Order};
 use super::throttle::{StopReason, Throttle, Watch};
 
 const LEN: u64 = 64 * 1024;
@@ -318,21 +318,21 @@ impl BreaksAt {
     }
 }
 
-impl super::backend::IoBackend for BreaksAt {
-    fn kind(&self) -> super::backend::BackendKind {
+impl crate::io::backend::IoBackend for BreaksAt {
+    fn kind(&self) -> crate::io::backend::BackendKind {
         self.dev.kind()
     }
-    fn pool(&self) -> &super::buffers::BufferPool {
+    fn pool(&self) -> &crate::io::buffers::BufferPool {
         self.dev.pool()
     }
-    fn pool_mut(&mut self) -> &mut super::buffers::BufferPool {
+    fn pool_mut(&mut self) -> &mut crate::io::buffers::BufferPool {
         self.dev.pool_mut()
     }
-    unsafe fn submit(&mut self, req: super::backend::Request) -> std::io::Result<()> {
+    unsafe fn submit(&mut self, req: crate::io::backend::Request) -> std::io::Result<()> {
         // SAFETY: forwarded with the caller's guarantees.
         unsafe { self.dev.submit(req) }
     }
-    fn wait(&mut self, timeout: Duration) -> std::io::Result<Option<super::backend::Completion>> {
+    fn wait(&mut self, timeout: Duration) -> std::io::Result<Option<crate::io::backend::Completion>> {
         self.waits += 1;
         if self.at.is_some_and(|n| self.waits >= n) {
             return Err(std::io::Error::from_raw_os_error(libc::EFAULT));

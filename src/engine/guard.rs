@@ -12,9 +12,9 @@ use std::sync::Arc;
 use rustix::fs::{statx, AtFlags, FileType, Mode, OFlags, StatxAttributes, StatxFlags, Timestamps};
 
 use super::report::SkipReason;
-use super::sys::{self, FsKind};
+use crate::io::syscalls::{self, FsKind};
 use crate::clock::Timestamp;
-use crate::fsid::FsId;
+use crate::io::fsid::FsId;
 
 /// A file to refresh: `rel` under the directory `dir`, resolved without
 /// following any symlink and without leaving `dir`'s filesystem.
@@ -256,7 +256,7 @@ impl Opened {
     /// borrows the fd (an I/O handle with requests in flight) can outlive it.
     pub fn release(self) -> io::Result<()> {
         if self.leased {
-            sys::release_lease(self.fd.as_fd())?;
+            syscalls::release_lease(self.fd.as_fd())?;
         }
         Ok(())
     }
@@ -279,12 +279,12 @@ fn file_kind(mode: u32) -> &'static str {
 /// that show what the lease protects against.
 pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
     use rustix::io::Errno;
-    let path_fd = match crate::resolve::open(
+    let path_fd = match crate::io::resolve::open(
         t.dir.as_fd(),
         &t.rel,
         OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
-        crate::resolve::Rules::BENEATH,
+        crate::io::resolve::Rules::BENEATH,
     ) {
         Ok(fd) => fd,
         Err(Errno::LOOP) => {
@@ -350,7 +350,7 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
             SkipReason::UnsupportedFilesystem,
             format!(
                 "{} is not on the allowlist (ext4, xfs, btrfs)",
-                sys::fs_magic_name(magic)
+                syscalls::fs_magic_name(magic)
             ),
         ));
     };
@@ -381,7 +381,7 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
                 .into(),
         ));
     }
-    if sys::is_swapfile(m.dev, m.ino) {
+    if syscalls::is_swapfile(m.dev, m.ino) {
         return Err(Refusal::Skip(
             SkipReason::Swapfile,
             "an active swap file".into(),
@@ -443,8 +443,8 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
             }
         }
     }
-    let generation = sys::inode_generation(fd.as_fd()).ok();
-    let fs_id = crate::fsid::of(fd.as_fd())
+    let generation = syscalls::inode_generation(fd.as_fd()).ok();
+    let fs_id = crate::io::fsid::of(fd.as_fd())
         .map_err(|e| Refusal::Fail(format!("reading the filesystem's identity: {e}")))?;
     if let Some(want) = &t.expect {
         if !want.fs.holds(&fs_id, m.dev) {
@@ -467,10 +467,10 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
     }
     let lease_taken_at = std::time::Instant::now();
     let leased = if take_lease {
-        match sys::take_write_lease(fd.as_fd()) {
+        match syscalls::take_write_lease(fd.as_fd()) {
             Ok(()) => true,
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                if m.mode & 0o111 != 0 && sys::is_running_executable(m.dev, m.ino) {
+                if m.mode & 0o111 != 0 && syscalls::is_running_executable(m.dev, m.ino) {
                     return Err(Refusal::Skip(
                         SkipReason::RunningExecutable,
                         "a running executable".into(),
@@ -491,12 +491,12 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
     let meta_now = match meta(fd.as_fd()) {
         Ok(x) => x,
         Err(e) => {
-            let _ = sys::release_lease(fd.as_fd());
+            let _ = syscalls::release_lease(fd.as_fd());
             return Err(Refusal::Fail(format!("statx: {e}")));
         }
     };
     if meta_now.dev != m.dev || meta_now.ino != m.ino {
-        let _ = sys::release_lease(fd.as_fd());
+        let _ = syscalls::release_lease(fd.as_fd());
         return Err(Refusal::Skip(
             SkipReason::Vanished,
             "replaced while opening".into(),

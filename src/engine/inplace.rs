@@ -14,11 +14,11 @@ use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 use super::attrwatch::{AttrWatch, Seen};
 use super::driver::{self, Done, FileJob};
 use super::exec::{self, ExecParams};
-use super::fileio::FileIo;
+use crate::io::fileio::FileIo;
 use super::lease::LeaseClock;
 use super::plan::{self, Chunk, PlanParams};
 use super::report::{Outcome, Range, ReadError, SkipReason};
-use super::sys::{read_exact_at, write_all_at};
+use crate::io::syscalls::{read_exact_at, write_all_at};
 use super::throttle::{StopReason, Throttle, Watch};
 use crate::inventory::journal::{self, Entry, Record};
 

@@ -9,7 +9,7 @@
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use super::sys::{self, LeaseState};
+use crate::io::syscalls::{self, LeaseState};
 
 /// The kernel's default, used when /proc cannot be read.
 pub const DEFAULT_LEASE_BREAK: Duration = Duration::from_secs(45);
@@ -67,7 +67,7 @@ impl<'a> LeaseClock<'a> {
             return true;
         }
         let asked = Instant::now();
-        match sys::lease_state(self.fd) {
+        match syscalls::lease_state(self.fd) {
             Ok(LeaseState::Held) => {
                 self.last_held = asked;
                 true

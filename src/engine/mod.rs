@@ -6,13 +6,10 @@
 //! one engine per physical drive.
 
 pub mod attrwatch;
-pub mod backend;
-pub mod buffers;
 pub mod driver;
 pub mod exec;
 #[cfg(test)]
 mod fault_tests;
-pub mod fileio;
 pub mod guard;
 pub mod inplace;
 pub mod lease;
@@ -20,11 +17,8 @@ pub mod pace;
 pub mod plan;
 pub mod relocate;
 pub mod report;
-pub mod sys;
 #[cfg(test)]
 pub(crate) mod test_hooks;
-#[cfg(test)]
-pub(crate) mod testdev;
 pub mod throttle;
 #[cfg(test)]
 mod times_tests;
@@ -33,7 +27,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
-pub use backend::{BackendChoice, BackendKind};
+pub use crate::io::backend::{BackendChoice, BackendKind};
 pub use guard::Target;
 pub use report::{FileReport, Outcome, SkipReason};
 
@@ -196,7 +190,7 @@ impl Engine {
                 cfg.depth
             )));
         }
-        sys::ignore_sigio();
+        crate::io::syscalls::ignore_sigio();
         let (mut io, fallback) = driver::IoThread::new(&cfg)?;
         let kind = io.kind();
         if let Some(why) = &fallback {

@@ -18,7 +18,6 @@
 //! if even that is not reached with idle-class reads (a scheduler that
 //! starves the idle class), reads are raised to best-effort 7.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,8 +29,9 @@ mod shared;
 mod tests;
 
 pub use device::{DeviceCounters, SysBlock};
-use shared::OwnDone;
-pub use shared::{OwnIo, PaceStatus, Yielding};
+pub use shared::{PaceStatus, Yielding};
+use crate::io::account::{OwnDone, OwnIo};
+use crate::io::syscalls::{IOPRIO_BE7, IOPRIO_IDLE};
 
 /// How often the pacer looks at the drive.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -58,8 +58,17 @@ const ROOM: f64 = 1.3;
 /// (journal commits of the filesystem are a few).
 const WRITE_SLACK: u64 = 16;
 
-const IOPRIO_BE7: u16 = (2 << 13) | 7;
-const IOPRIO_IDLE: u16 = 3 << 13;
+
+/// The priority writes carry. Writes under a lease must finish inside the
+/// lease-break time, so they never run in the idle class:
+/// `thread_default` is what the thread's own class calls for (see
+/// `syscalls::write_ioprio`).
+pub fn write_ioprio(priority: IoPriority, thread_default: u16) -> u16 {
+    match priority {
+        IoPriority::Idle => IOPRIO_BE7,
+        IoPriority::Inherit => thread_default,
+    }
+}
 
 /// What the pacer was configured with.
 #[derive(Debug, Clone, Copy)]
@@ -213,7 +222,7 @@ impl Pacer {
             IoPriority::Idle if self.raised || yielding => IOPRIO_BE7,
             IoPriority::Idle => IOPRIO_IDLE,
         };
-        self.own.read_ioprio.store(p, Ordering::Relaxed);
+        self.own.set_read_ioprio(p);
     }
 
     /// What the engine may do now.

@@ -12,7 +12,7 @@ use std::os::fd::BorrowedFd;
 
 use serde::Serialize;
 
-use super::sys::{self, Extent};
+use crate::io::syscalls::{self, Extent};
 
 /// One unit of I/O: read these bytes, write the same bytes back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +106,7 @@ pub fn data_layout(
     size: u64,
 ) -> Result<(Vec<Range<u64>>, Vec<Extent>), String> {
     let seek = seek_data_ranges(fd, size).map_err(|e| format!("SEEK_DATA/SEEK_HOLE: {e}"))?;
-    let extents = sys::fiemap(fd).map_err(|e| format!("FIEMAP: {e}"))?;
+    let extents = syscalls::fiemap(fd).map_err(|e| format!("FIEMAP: {e}"))?;
     Ok((seek, extents))
 }
 
@@ -127,8 +127,8 @@ pub fn still_plain_data(fd: BorrowedFd<'_>, range: Range<u64>) -> io::Result<boo
         return Ok(false);
     }
     let unplain =
-        sys::FIEMAP_EXTENT_UNWRITTEN | sys::FIEMAP_EXTENT_DELALLOC | sys::FIEMAP_EXTENT_UNKNOWN;
-    Ok(!sys::fiemap(fd)?.iter().any(|e| {
+        syscalls::FIEMAP_EXTENT_UNWRITTEN | syscalls::FIEMAP_EXTENT_DELALLOC | syscalls::FIEMAP_EXTENT_UNKNOWN;
+    Ok(!syscalls::fiemap(fd)?.iter().any(|e| {
         e.logical < range.end && range.start < e.logical + e.length && e.flags & unplain != 0
     }))
 }
@@ -214,20 +214,20 @@ pub fn plan(params: &PlanParams, seek_data: &[Range<u64>], extents: &[Extent]) -
             }
             let len = r.end - r.start;
             let f = e.flags;
-            if f & sys::FIEMAP_EXTENT_UNWRITTEN != 0 {
+            if f & syscalls::FIEMAP_EXTENT_UNWRITTEN != 0 {
                 excluded.unwritten += len;
-            } else if f & (sys::FIEMAP_EXTENT_DELALLOC | sys::FIEMAP_EXTENT_UNKNOWN) != 0 {
+            } else if f & (syscalls::FIEMAP_EXTENT_DELALLOC | syscalls::FIEMAP_EXTENT_UNKNOWN) != 0 {
                 excluded.delalloc += len;
             } else if f
-                & (sys::FIEMAP_EXTENT_DATA_INLINE
-                    | sys::FIEMAP_EXTENT_NOT_ALIGNED
-                    | sys::FIEMAP_EXTENT_DATA_TAIL)
+                & (syscalls::FIEMAP_EXTENT_DATA_INLINE
+                    | syscalls::FIEMAP_EXTENT_NOT_ALIGNED
+                    | syscalls::FIEMAP_EXTENT_DATA_TAIL)
                 != 0
             {
                 excluded.inline += len;
-            } else if f & sys::FIEMAP_EXTENT_ENCODED != 0 {
+            } else if f & syscalls::FIEMAP_EXTENT_ENCODED != 0 {
                 excluded.encoded += len;
-            } else if f & sys::FIEMAP_EXTENT_SHARED != 0 && !params.rewrite_shared {
+            } else if f & syscalls::FIEMAP_EXTENT_SHARED != 0 && !params.rewrite_shared {
                 excluded.shared += len;
             } else {
                 allowed.push(r);
@@ -378,13 +378,13 @@ mod tests {
         let size = 5 * 4096;
         let extents = [
             ext(0, 4096, 0),
-            ext(4096, 4096, sys::FIEMAP_EXTENT_UNWRITTEN),
-            ext(8192, 4096, sys::FIEMAP_EXTENT_SHARED),
-            ext(12_288, 4096, sys::FIEMAP_EXTENT_ENCODED),
+            ext(4096, 4096, syscalls::FIEMAP_EXTENT_UNWRITTEN),
+            ext(8192, 4096, syscalls::FIEMAP_EXTENT_SHARED),
+            ext(12_288, 4096, syscalls::FIEMAP_EXTENT_ENCODED),
             ext(
                 16_384,
                 4096,
-                sys::FIEMAP_EXTENT_DATA_INLINE | sys::FIEMAP_EXTENT_LAST,
+                syscalls::FIEMAP_EXTENT_DATA_INLINE | syscalls::FIEMAP_EXTENT_LAST,
             ),
         ];
         let p = plan(&params(size, 4096, 1 << 20), &[0..size], &extents);
@@ -406,7 +406,7 @@ mod tests {
     fn shared_extents_are_planned_when_asked() {
         let mut pp = params(8192, 4096, 1 << 20);
         pp.rewrite_shared = true;
-        let p = plan(&pp, &[0..8192], &[ext(0, 8192, sys::FIEMAP_EXTENT_SHARED)]);
+        let p = plan(&pp, &[0..8192], &[ext(0, 8192, syscalls::FIEMAP_EXTENT_SHARED)]);
         assert_eq!(p.bytes(), 8192);
     }
 
@@ -436,11 +436,11 @@ mod tests {
         let flag = prop_oneof![
             Just(0u32),
             Just(0u32),
-            Just(sys::FIEMAP_EXTENT_MERGED),
-            Just(sys::FIEMAP_EXTENT_UNWRITTEN),
-            Just(sys::FIEMAP_EXTENT_SHARED),
-            Just(sys::FIEMAP_EXTENT_DATA_INLINE),
-            Just(sys::FIEMAP_EXTENT_ENCODED),
+            Just(syscalls::FIEMAP_EXTENT_MERGED),
+            Just(syscalls::FIEMAP_EXTENT_UNWRITTEN),
+            Just(syscalls::FIEMAP_EXTENT_SHARED),
+            Just(syscalls::FIEMAP_EXTENT_DATA_INLINE),
+            Just(syscalls::FIEMAP_EXTENT_ENCODED),
         ];
         (
             0u32..4,
@@ -478,7 +478,7 @@ mod tests {
         ) {
             let p = plan(&params(size, align, chunk), &seek, &extents);
             let plain: Vec<Range<u64>> = extents.iter()
-                .filter(|e| e.flags & !sys::FIEMAP_EXTENT_MERGED == 0)
+                .filter(|e| e.flags & !syscalls::FIEMAP_EXTENT_MERGED == 0)
                 .map(|e| e.logical.min(size)..(e.logical + e.length).min(size))
                 .collect();
             let expected = intersect(&seek, &normalize(plain));
@@ -499,7 +499,7 @@ mod tests {
                 prev_end = c.end();
             }
             let excluded: u64 = extents.iter()
-                .filter(|e| e.flags & !sys::FIEMAP_EXTENT_MERGED != 0)
+                .filter(|e| e.flags & !syscalls::FIEMAP_EXTENT_MERGED != 0)
                 .map(|e| (e.logical + e.length).min(size).saturating_sub(e.logical.min(size)))
                 .sum();
             prop_assert_eq!(p.excluded.total(), excluded);

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::backend::BackendKind;
+use crate::io::backend::BackendKind;
 use super::plan::Excluded;
-use super::sys::FsKind;
+use crate::io::syscalls::FsKind;
 use crate::units::format_size;
 
 /// Why a file was left alone. The names are stable (scripts, metrics labels).

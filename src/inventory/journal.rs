@@ -54,7 +54,7 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::clock::Timestamp;
-use crate::fsid::FsId;
+use crate::io::fsid::FsId;
 
 /// The record format this refreshd writes (it reads version 1 too).
 pub const VERSION: u32 = 2;
@@ -358,11 +358,11 @@ pub fn observe(fd: BorrowedFd<'_>) -> io::Result<Observed> {
     let st = rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, want)?;
     let ts = Timestamp::from_statx;
     Ok(Observed {
-        fs: crate::fsid::of(fd)?,
+        fs: crate::io::fsid::of(fd)?,
         dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
         ino: st.stx_ino,
         btime: (st.stx_mask & StatxFlags::BTIME.bits() != 0).then(|| ts(st.stx_btime)),
-        generation: crate::engine::sys::inode_generation(fd).ok(),
+        generation: crate::io::syscalls::inode_generation(fd).ok(),
         atime: ts(st.stx_atime),
         mtime: ts(st.stx_mtime),
         ctime: ts(st.stx_ctime),
@@ -430,7 +430,7 @@ fn recover_records(files: Vec<PathBuf>) -> Vec<Recovered> {
 
 fn recover_one(e: &Entry) -> RecoveryOutcome {
     use RecoveryOutcome::{Deferred, Left, Restored};
-    let fd = match crate::resolve::open_absolute(
+    let fd = match crate::io::resolve::open_absolute(
         &e.path,
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOATIME,
         Mode::empty(),
@@ -440,7 +440,7 @@ fn recover_one(e: &Entry) -> RecoveryOutcome {
         Err(err) => return Left(format!("cannot open it safely: {}", io::Error::from(err))),
     };
     // Under our lease nobody can change the file between check and fix.
-    match crate::engine::sys::take_write_lease(fd.as_fd()) {
+    match crate::io::syscalls::take_write_lease(fd.as_fd()) {
         Ok(()) => {}
         Err(err) if err.raw_os_error() == Some(libc::EAGAIN) => {
             return Deferred("another process has it open".into())
@@ -471,7 +471,7 @@ fn recover_one(e: &Entry) -> RecoveryOutcome {
             }
         }
     })();
-    let _ = crate::engine::sys::release_lease(fd.as_fd());
+    let _ = crate::io::syscalls::release_lease(fd.as_fd());
     result.unwrap_or_else(|o| o)
 }
 

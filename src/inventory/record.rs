@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::clock::{believable, Timestamp};
-use crate::fsid::FsId;
+use crate::io::fsid::FsId;
 
 /// A file's key in the state database: its filesystem and inode (stable
 /// across reboots; see `fsid`).

@@ -12,7 +12,7 @@ use std::sync::mpsc::SyncSender;
 use rustix::fs::{statx, AtFlags, Dir, FileType, Mode, OFlags, StatxFlags};
 
 use crate::clock::Timestamp;
-use crate::fsid::FsId;
+use crate::io::fsid::FsId;
 
 /// One regular file as the walk saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +72,7 @@ pub fn walk(
         Mode::empty(),
     )?;
     let root_dev = rustix::fs::fstat(&root_fd)?.st_dev;
-    let fs = crate::fsid::of(root_fd.as_fd())?;
+    let fs = crate::io::fsid::of(root_fd.as_fd())?;
     if tx.send(Walked::Root(fs)).is_err() {
         return Ok(());
     }

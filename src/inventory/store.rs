@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::record::{FileKey, FileRecord};
 use super::scan::{self, WalkProblem};
 use crate::clock::Timestamp;
-use crate::fsid::FsId;
+use crate::io::fsid::FsId;
 
 mod apply;
 pub mod migrate;

@@ -44,7 +44,7 @@ fn first_scan_records_every_regular_file_once() {
     let f = &store.files(root).expect("files")[0];
     let md = fs::metadata(root.join("a")).expect("stat");
     assert_eq!((f.dev, f.ino, f.size), (md.dev(), md.ino(), 10));
-    assert!(matches!(f.fs, crate::fsid::FsId::Uuid { .. }), "{:?}", f.fs);
+    assert!(matches!(f.fs, crate::io::fsid::FsId::Uuid { .. }), "{:?}", f.fs);
     assert_eq!(
         f.mtime,
         crate::clock::Timestamp::new(md.mtime(), md.mtime_nsec() as u32)
@@ -153,7 +153,7 @@ fn state_persists_and_a_foreign_schema_is_refused() {
 #[test]
 fn data_age_uses_the_later_of_mtime_and_last_refresh() {
     let f = FileRecord {
-        fs: crate::fsid::FsId::Dev(1),
+        fs: crate::io::fsid::FsId::Dev(1),
         dev: 1,
         ino: 2,
         path: "/x".into(),
@@ -182,7 +182,7 @@ fn timestamps_from_a_wrong_clock_never_exempt_data() {
     let now = 1_800_000_000;
     let forty_years = 40 * 31_557_600;
     let f = FileRecord {
-        fs: crate::fsid::FsId::Dev(1),
+        fs: crate::io::fsid::FsId::Dev(1),
         dev: 1,
         ino: 2,
         path: "/x".into(),

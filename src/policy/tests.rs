@@ -157,7 +157,7 @@ proptest! {
 fn rec(ino: u64, mtime_days_ago: i64, last_refresh_days_ago: Option<i64>, size: u64) -> FileRecord {
     let now = 1_000 * 86_400;
     FileRecord {
-        fs: crate::fsid::FsId::Dev(1),
+        fs: crate::io::fsid::FsId::Dev(1),
         dev: 1,
         ino,
         path: format!("/srv/f{ino}").into(),

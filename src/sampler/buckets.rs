@@ -123,7 +123,7 @@ mod tests {
 
     fn rec(ino: u64, alloc: u64, months_old: f64, now: i64) -> FileRecord {
         FileRecord {
-            fs: crate::fsid::FsId::Dev(1),
+            fs: crate::io::fsid::FsId::Dev(1),
             dev: 1,
             ino,
             path: format!("/t/{ino}").into(),

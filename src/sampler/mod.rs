@@ -34,10 +34,10 @@ use rand::{Rng, SeedableRng};
 use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::backend::{open_backend, Op};
-use crate::engine::buffers::BufferPool;
-use crate::engine::fileio::Ring;
-use crate::engine::sys::{
+use crate::io::backend::{open_backend, Op};
+use crate::io::buffers::BufferPool;
+use crate::io::fileio::Ring;
+use crate::io::syscalls::{
     self, FIEMAP_EXTENT_DATA_INLINE, FIEMAP_EXTENT_DELALLOC, FIEMAP_EXTENT_ENCODED,
     FIEMAP_EXTENT_NOT_ALIGNED, FIEMAP_EXTENT_UNKNOWN, FIEMAP_EXTENT_UNWRITTEN,
 };
@@ -178,7 +178,7 @@ struct Candidate {
 /// inventory's, and only then the inode itself reopened for reading. A
 /// file replaced since the scan is never opened.
 fn open_direct(f: &FileRecord) -> io::Result<OwnedFd> {
-    let path_fd = crate::resolve::open_absolute(
+    let path_fd = crate::io::resolve::open_absolute(
         &f.path,
         OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
@@ -197,7 +197,7 @@ fn open_direct(f: &FileRecord) -> io::Result<OwnedFd> {
     let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC;
     let fd = crate::engine::guard::reopen(path_fd.as_fd(), flags)?;
     // The filesystem, once open (the ioctls need a real descriptor).
-    if !want.fs.holds(&crate::fsid::of(fd.as_fd())?, m.dev) {
+    if !want.fs.holds(&crate::io::fsid::of(fd.as_fd())?, m.dev) {
         return Err(io::Error::other(REPLACED));
     }
     Ok(fd)
@@ -220,7 +220,7 @@ fn candidate(f: &FileRecord) -> io::Result<Option<Candidate>> {
         | FIEMAP_EXTENT_NOT_ALIGNED
         | FIEMAP_EXTENT_DATA_INLINE
         | FIEMAP_EXTENT_UNWRITTEN;
-    let extents: Vec<(u64, u64)> = sys::fiemap(fd.as_fd())?
+    let extents: Vec<(u64, u64)> = syscalls::fiemap(fd.as_fd())?
         .into_iter()
         .filter(|e| e.flags & skip == 0)
         .filter_map(|e| {
@@ -470,7 +470,7 @@ fn write_canary(
             crate::units::format_size(reserve)
         ));
     };
-    let fd = crate::resolve::open_absolute(
+    let fd = crate::io::resolve::open_absolute(
         dir,
         OFlags::TMPFILE | OFlags::RDWR | OFlags::DIRECT | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),

@@ -338,7 +338,7 @@ pub fn status_of<'a>(files: &'a [serde_json::Value], path: &Path) -> &'a serde_j
 /// Bytes of `path` in FIEMAP extents carrying `flag`.
 pub fn fiemap_bytes(path: &Path, flag: u32) -> u64 {
     let f = File::open(path).unwrap();
-    refreshd::engine::sys::fiemap(std::os::fd::AsFd::as_fd(&f))
+    refreshd::io::syscalls::fiemap(std::os::fd::AsFd::as_fd(&f))
         .unwrap()
         .iter()
         .filter(|e| e.flags & flag != 0)

@@ -7,8 +7,8 @@ use std::ops::Range;
 use std::time::Instant;
 
 use super::{ExecError, ExecResult};
-use crate::engine::backend::Op;
-use crate::engine::fileio::FileIo;
+use crate::io::backend::Op;
+use crate::io::fileio::FileIo;
 use crate::engine::throttle::{StopReason, Throttle, Watch};
 
 /// Reads a range in halves until each failing piece is one alignment unit;

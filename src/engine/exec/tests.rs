@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::*;
-use crate::engine::fileio::Ring;
-use crate::engine::testdev::{Disk, MemDevice, Order, WriteLog};
+use crate::io::fileio::Ring;
+use crate::io::testdev::{Disk, MemDevice, Order, WriteLog};
 
 const FD: i32 = 3;
 

@@ -385,11 +385,9 @@ fn reads_at_the_floor_are_not_raised() {
 
 #[test]
 fn writes_carry_best_effort_7_under_idle_and_the_threads_own_under_inherit() {
-    let own = OwnIo::default();
-    own.set_write_ioprio(IoPriority::Idle, 0);
-    assert_eq!(own.write_ioprio(), IOPRIO_BE7);
-    own.set_write_ioprio(IoPriority::Inherit, 0);
-    assert_eq!(own.write_ioprio(), 0);
+    assert_eq!(write_ioprio(IoPriority::Idle, 0), IOPRIO_BE7);
+    assert_eq!(write_ioprio(IoPriority::Inherit, 0), 0);
+    assert_eq!(write_ioprio(IoPriority::Inherit, IOPRIO_BE7), IOPRIO_BE7);
 }
 
 #[test]

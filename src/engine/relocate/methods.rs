@@ -12,7 +12,7 @@ use rustix::fs::FallocateFlags;
 use super::{ChunkResult, Relocator};
 use crate::engine::plan::{self, Chunk};
 use crate::engine::report::{Outcome, ReadError, SkipReason};
-use crate::engine::sys::{self, Dedupe};
+use crate::io::syscalls::{self, Dedupe};
 
 impl Relocator<'_, '_> {
     /// The kernel said no: a skip naming its answer and what to do.
@@ -73,7 +73,7 @@ impl Relocator<'_, '_> {
         let mut step = blocks;
         while moved < blocks {
             let n = step.min(blocks - moved);
-            match sys::move_extents(self.orig, self.temp.as_fd(), b0 + moved, n) {
+            match syscalls::move_extents(self.orig, self.temp.as_fd(), b0 + moved, n) {
                 // Nothing left to move there: another process truncated or
                 // punched the range meanwhile.
                 Ok(0) => return ChunkResult::Changed,
@@ -180,7 +180,7 @@ impl Relocator<'_, '_> {
         }
         let mut pos = c.offset;
         while pos < c.end() {
-            match sys::dedupe(self.temp.as_fd(), self.orig, pos, c.end() - pos) {
+            match syscalls::dedupe(self.temp.as_fd(), self.orig, pos, c.end() - pos) {
                 // The range is not there any more (truncated meanwhile).
                 Ok(Dedupe::Same(0)) => return ChunkResult::Changed,
                 Ok(Dedupe::Same(n)) => {

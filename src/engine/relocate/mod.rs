@@ -36,12 +36,12 @@ use rustix::fs::{fcntl_getfl, fcntl_setfl, Advice, FallocateFlags, Mode, OFlags}
 
 mod methods;
 
-use super::backend::Op;
+use crate::io::backend::Op;
 use super::driver::{Done, FileJob};
-use super::fileio::FileIo;
+use crate::io::fileio::FileIo;
 use super::plan::{self, Chunk, PlanParams};
 use super::report::{Interruption, Outcome, ReadError, SkipReason};
-use super::sys::{self, read_exact_at, write_all_at, FsKind};
+use crate::io::syscalls::{self, read_exact_at, write_all_at, FsKind};
 use super::throttle::{StopReason, Watch};
 
 /// Default largest relocation unit.
@@ -174,11 +174,11 @@ fn drop_new_pages(fd: BorrowedFd<'_>, off: u64, len: u64, before: &[bool]) {
 /// Which pages of the range are cached; none known when `mincore` fails
 /// (a sandbox may refuse it: said once, counted, see `refused`).
 fn resident(fd: BorrowedFd<'_>, off: u64, len: u64) -> Vec<bool> {
-    match sys::resident_pages(fd, off, len) {
+    match syscalls::resident_pages(fd, off, len) {
         Ok(v) => v,
         Err(e) => {
-            if crate::refused::is_refusal(&e) {
-                crate::refused::note(crate::refused::Call::Mincore, &e);
+            if crate::io::refused::is_refusal(&e) {
+                crate::io::refused::note(crate::io::refused::Call::Mincore, &e);
             } else {
                 tracing::debug!("mincore: {e}");
             }

@@ -17,7 +17,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::super::scan::{Batch, Entry, Walked};
 use super::{ScanStats, Store, StoreError};
 use crate::clock::Timestamp;
-use crate::fsid::FsId;
+use crate::io::fsid::FsId;
 
 /// Longest a scan holds the write lock at once.
 pub const GROUP_TIME: Duration = Duration::from_millis(100);

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
-use crate::fsid::FsId;
+use crate::io::fsid::FsId;
 
 /// The schema this refreshd writes.
 pub const SCHEMA_VERSION: i64 = 2;
@@ -187,5 +187,5 @@ fn fs_of_dir(dir: &Path, dev: u64) -> Option<FsId> {
     )
     .ok()?;
     let st = rustix::fs::fstat(&fd).ok()?;
-    (st.st_dev == dev).then(|| crate::fsid::of(fd.as_fd()).ok())?
+    (st.st_dev == dev).then(|| crate::io::fsid::of(fd.as_fd()).ok())?
 }

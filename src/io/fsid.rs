@@ -133,7 +133,7 @@ pub fn of(fd: BorrowedFd<'_>) -> io::Result<FsId> {
     let magic = rustix::fs::fstatfs(fd)
         .map(|s| s.f_type as i64)
         .unwrap_or(0);
-    let is_btrfs = magic == crate::engine::sys::BTRFS_SUPER_MAGIC;
+    let is_btrfs = magic == crate::io::syscalls::BTRFS_SUPER_MAGIC;
     let uuid = uuid_of(fd, magic);
     let Some(uuid) = uuid else {
         return Ok(FsId::Dev(dev));
@@ -149,7 +149,7 @@ pub fn of(fd: BorrowedFd<'_>) -> io::Result<FsId> {
 }
 
 fn uuid_of(fd: BorrowedFd<'_>, magic: i64) -> Option<[u8; 16]> {
-    use crate::engine::sys::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC};
+    use crate::io::syscalls::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC};
     // struct fsuuid2 { __u8 len; __u8 uuid[16]; }
     // An all-zero UUID (some VM images) names nothing: the next source.
     let mut b = [0u8; 17];

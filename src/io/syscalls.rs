@@ -110,6 +110,10 @@ pub fn lease_state(fd: BorrowedFd<'_>) -> io::Result<LeaseState> {
 const IOPRIO_CLASS_SHIFT: u16 = 13;
 const IOPRIO_CLASS_BE: u16 = 2;
 const IOPRIO_CLASS_IDLE: u16 = 3;
+/// Best-effort class, lowest level: never starved, last in line.
+pub const IOPRIO_BE7: u16 = (IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT) | 7;
+/// The idle class: served when nothing else waits.
+pub const IOPRIO_IDLE: u16 = IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT;
 
 /// The I/O priority for the refresh's own writes under a lease: the
 /// thread's own (0), unless the thread runs in the idle class. Idle-class

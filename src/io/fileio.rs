@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::backend::{Completion, IoBackend, Op, Request};
 use super::buffers::BufferPool;
-use super::pace::OwnIo;
+use super::account::OwnIo;
 
 /// How long a drain waits for the kernel before it gives the ring up.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(60);

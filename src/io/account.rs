@@ -1,0 +1,88 @@
+//! The refresh's own I/O, counted where it completes (the ring) for
+//! whoever paces it, and the I/O priorities its requests carry.
+
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The refresh's own I/O since the pacer last looked, and the I/O
+/// priority its reads carry. Shared by the ring (which fills it) and the
+/// pacer (which empties it) on the I/O thread.
+#[derive(Debug, Default)]
+pub struct OwnIo {
+    done: Mutex<OwnDone>,
+    /// Our reads submitted and not yet completed.
+    reads_in_flight: AtomicUsize,
+    read_ioprio: AtomicU16,
+    write_ioprio: AtomicU16,
+}
+
+#[derive(Debug, Default)]
+pub struct OwnDone {
+    /// Completed reads: length, latency, and whether it had the drive to
+    /// itself (nothing else of ours in flight when it started).
+    pub reads: Vec<(u64, Duration, bool)>,
+    pub writes: Vec<u64>,
+    /// Own I/O the kernel did for us without requests we can count
+    /// (relocation's copy and compare): this tick's counters are unusable.
+    pub uncounted: bool,
+}
+
+impl OwnIo {
+    pub fn read_started(&self) {
+        self.reads_in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A read completed, failed or not.
+    pub fn read_ended(&self) {
+        let _ = self
+            .reads_in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    pub fn reads_in_flight(&self) -> usize {
+        self.reads_in_flight.load(Ordering::Relaxed)
+    }
+
+    /// A read completed whole (`latency` from submit to completion).
+    pub fn read_done(&self, len: u64, latency: Duration, alone: bool) {
+        let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        d.reads.push((len, latency, alone));
+    }
+
+    pub fn write_done(&self, len: u64) {
+        let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        d.writes.push(len);
+    }
+
+    /// The kernel is about to do I/O of ours we cannot count.
+    pub fn uncounted(&self) {
+        self.done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .uncounted = true;
+    }
+
+    pub fn read_ioprio(&self) -> u16 {
+        self.read_ioprio.load(Ordering::Relaxed)
+    }
+
+    pub fn write_ioprio(&self) -> u16 {
+        self.write_ioprio.load(Ordering::Relaxed)
+    }
+
+    /// The `ioprio` value the next reads carry.
+    pub fn set_read_ioprio(&self, ioprio: u16) {
+        self.read_ioprio.store(ioprio, Ordering::Relaxed);
+    }
+
+    /// The `ioprio` value writes carry.
+    pub fn set_write_ioprio(&self, ioprio: u16) {
+        self.write_ioprio.store(ioprio, Ordering::Relaxed);
+    }
+
+    pub fn take(&self) -> OwnDone {
+        std::mem::take(&mut *self.done.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
