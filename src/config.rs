@@ -20,40 +20,7 @@ pub const DEFAULT_PATH: &str = "/etc/refreshd/refreshd.toml";
 pub mod coordination;
 pub mod trees;
 
-/// How files are refreshed (`strategy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Strategy {
-    /// In place under an exclusive lease when nobody else has the file
-    /// open; relocation when someone does and the filesystem supports it.
-    Auto,
-    /// In place only; files in use are skipped.
-    Inplace,
-    /// Kernel-mediated relocation only.
-    Relocate,
-}
-
-/// Whether the refresh yields to other I/O on its drive (`yield`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum YieldMode {
-    /// Watch the drive: fewer, smaller requests at the floor rate while
-    /// other processes use it; back to the configured rate when it is quiet.
-    Auto,
-    /// Always the configured rate and depth.
-    Off,
-}
-
-/// The I/O priority of refresh requests (`io_priority`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum IoPriority {
-    /// Reads in the idle class, writes (which must finish inside a lease
-    /// break) best-effort at the lowest level, per request.
-    Idle,
-    /// The process's own priority (e.g. set by `ionice` or the unit).
-    Inherit,
-}
+pub use crate::engine::types::{IoPriority, Strategy, YieldMode};
 
 /// Local-time maintenance windows, minutes since midnight, `[start, end)`.
 /// A window whose end is before its start wraps past midnight.
@@ -176,7 +143,7 @@ impl Default for Settings {
             min_free: 1 << 30,
             expected_throughput: None,
             yield_mode: YieldMode::Auto,
-            yield_floor: crate::engine::pace::DEFAULT_FLOOR,
+            yield_floor: crate::engine::types::DEFAULT_FLOOR,
             io_priority: IoPriority::Idle,
         }
     }

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::engine::{BackendChoice, Engine, EngineConfig, FileReport, Outcome};
-use crate::inventory::journal::{self, Journal, RecoveryOutcome};
+use crate::engine::safety::journal::{self, Journal, RecoveryOutcome};
 use crate::units::format_size;
 use crate::walk;
 
@@ -185,7 +185,7 @@ impl Summary {
 pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageError> {
     let walked = walk::walk(&opts.paths)?;
     let journal = journal_for(opts)?;
-    let pace_status = Arc::new(crate::engine::pace::PaceStatus::default());
+    let pace_status = Arc::new(crate::engine::pacing::pace::PaceStatus::default());
     let cfg = EngineConfig {
         rate: opts.rate,
         chunk: opts.chunk,

@@ -15,7 +15,7 @@
 //! `LAYERS` writes down: a module imports only from layers below its own.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use syn::visit::Visit;
 
@@ -30,6 +30,7 @@ const LAYERS: &[&[&str]] = &[
     &["client"],
     &["daemon"],
     &["coordination"],
+    &["protocol"],
     &["oneshot", "survey"],
     &["config"],
     &["policy", "diagnose"],
@@ -45,21 +46,19 @@ const LAYERS: &[&[&str]] = &[
 /// One module: the file that holds it and what it re-exports.
 #[derive(Debug, Default)]
 struct Module {
-    file: PathBuf,
     /// `pub use` items: name → the path it stands for.
     reexports: HashMap<String, ModPath>,
     /// The path and the names of every reference in this module's file.
     refs: Vec<ModPath>,
     /// Aliases brought in by `use` (name → full path).
     aliases: HashMap<String, ModPath>,
+    /// Child modules that exist only in test builds.
+    test_children: BTreeSet<String>,
 }
 
 #[derive(Debug, Default)]
 struct Crate {
-    name: String,
     modules: BTreeMap<ModPath, Module>,
-    /// Other crates of the workspace named in paths (`refreshd_protocol::…`).
-    externs: BTreeSet<String>,
 }
 
 fn has_cfg_test(attrs: &[syn::Attribute]) -> bool {
@@ -89,11 +88,8 @@ fn path_attr(attrs: &[syn::Attribute]) -> Option<String> {
 }
 
 /// Reads a crate's module tree from its root file.
-fn read_crate(name: &str, root: &Path) -> Crate {
-    let mut krate = Crate {
-        name: name.to_string(),
-        ..Crate::default()
-    };
+fn read_crate(root: &Path) -> Crate {
+    let mut krate = Crate::default();
     read_module(&mut krate, Vec::new(), root, true);
     krate
 }
@@ -109,12 +105,9 @@ fn read_module(krate: &mut Crate, path: ModPath, file: &Path, owns_dir: bool) {
     } else {
         file.with_extension("")
     };
-    let mut module = Module {
-        file: file.to_path_buf(),
-        ..Module::default()
-    };
+    let mut module = Module::default();
     let mut children = Vec::new();
-    collect_items(&ast.items, &path, &mut module, &mut children, krate);
+    collect_items(&ast.items, &mut module, &mut children);
     krate.modules.insert(path.clone(), module);
     for (child, attr_path) in children {
         let (child_file, child_owns) = match attr_path {
@@ -138,13 +131,14 @@ fn read_module(krate: &mut Crate, path: ModPath, file: &Path, owns_dir: bool) {
 /// to the same file): child module files, re-exports, references.
 fn collect_items(
     items: &[syn::Item],
-    path: &ModPath,
     module: &mut Module,
     children: &mut Vec<(String, Option<String>)>,
-    krate: &mut Crate,
 ) {
     for item in items {
         if item_attrs(item).is_some_and(has_cfg_test) {
+            if let syn::Item::Mod(m) = item {
+                module.test_children.insert(m.ident.to_string());
+            }
             continue;
         }
         match item {
@@ -153,7 +147,7 @@ fn collect_items(
             }
             syn::Item::Mod(m) => {
                 let (_, inner) = m.content.as_ref().unwrap();
-                collect_items(inner, path, module, children, krate);
+                collect_items(inner, module, children);
             }
             syn::Item::Use(u) => {
                 let public = !matches!(u.vis, syn::Visibility::Inherited);
@@ -176,7 +170,6 @@ fn collect_items(
             }
         }
     }
-    let _ = krate;
 }
 
 fn item_attrs(item: &syn::Item) -> Option<&[syn::Attribute]> {
@@ -274,10 +267,8 @@ impl<'a> Visit<'a> for Refs {
         let test_only = match s {
             syn::Stmt::Local(l) => has_cfg_test(&l.attrs),
             syn::Stmt::Item(i) => item_attrs(i).is_some_and(has_cfg_test),
-            syn::Stmt::Expr(syn::Expr::Block(b), _) => has_cfg_test(&b.attrs),
-            syn::Stmt::Expr(syn::Expr::If(b), _) => has_cfg_test(&b.attrs),
+            syn::Stmt::Expr(e, _) => expr_attrs(e).is_some_and(has_cfg_test),
             syn::Stmt::Macro(m) => has_cfg_test(&m.attrs),
-            _ => false,
         };
         if !test_only {
             syn::visit::visit_stmt(self, s);
@@ -289,6 +280,21 @@ impl<'a> Visit<'a> for Refs {
         }
     }
     fn visit_expr_field(&mut self, _: &'a syn::ExprField) {}
+}
+
+fn expr_attrs(e: &syn::Expr) -> Option<&[syn::Attribute]> {
+    Some(match e {
+        syn::Expr::Assign(x) => &x.attrs,
+        syn::Expr::Block(x) => &x.attrs,
+        syn::Expr::Call(x) => &x.attrs,
+        syn::Expr::If(x) => &x.attrs,
+        syn::Expr::Macro(x) => &x.attrs,
+        syn::Expr::Match(x) => &x.attrs,
+        syn::Expr::MethodCall(x) => &x.attrs,
+        syn::Expr::Path(x) => &x.attrs,
+        syn::Expr::Unsafe(x) => &x.attrs,
+        _ => return None,
+    })
 }
 
 fn is_ident(s: &str) -> bool {
@@ -363,6 +369,9 @@ impl Workspace {
                 break;
             }
         }
+        if i < rest.len() && c.modules[&base].test_children.contains(&rest[i]) {
+            return None;
+        }
         if i < rest.len() {
             if let Some(target) = c.modules.get(&base)?.reexports.get(&rest[i]) {
                 let mut full = target.clone();
@@ -414,7 +423,7 @@ fn workspace() -> Workspace {
     ];
     for (name, file) in members {
         if file.exists() {
-            crates.insert(name.to_string(), read_crate(name, &file));
+            crates.insert(name.to_string(), read_crate(&file));
         }
     }
     Workspace { crates }
@@ -610,7 +619,7 @@ fn the_checker_finds_a_planted_circle() {
     write("facade/inner.rs", "pub struct Thing;\n");
     write("b.rs", "pub fn f() -> crate::a::A { crate::a::A }\n");
     let mut crates = BTreeMap::new();
-    crates.insert("x".to_string(), read_crate("x", &src.join("lib.rs")));
+    crates.insert("x".to_string(), read_crate(&src.join("lib.rs")));
     let ws = Workspace { crates };
     assert!(circles(&ws, "x").is_empty(), "{:?}", circles(&ws, "x"));
     let facade_edge = ws
@@ -622,7 +631,7 @@ fn the_checker_finds_a_planted_circle() {
     write("facade/inner.rs", "pub struct Thing(pub crate::b::B);\n");
     write("b.rs", "pub struct B;\nfn g() { let _ = std::mem::size_of::<crate::a::A>(); }\n");
     let mut crates = BTreeMap::new();
-    crates.insert("x".to_string(), read_crate("x", &src.join("lib.rs")));
+    crates.insert("x".to_string(), read_crate(&src.join("lib.rs")));
     let ws = Workspace { crates };
     let found = circles(&ws, "x");
     assert_eq!(found.len(), 1, "{found:?}");

@@ -172,7 +172,7 @@ fn privileged_engine_refuses_a_file_that_is_not_the_expected_one() {
     if !privileged("privileged_engine_refuses_a_file_that_is_not_the_expected_one") {
         return;
     }
-    use refreshd::engine::guard::Identity;
+    use refreshd::engine::safety::guard::Identity;
     use refreshd::engine::{Engine, EngineConfig, Outcome, SkipReason, Target};
     let fs = LoopFs::new("ext4", 256);
     let file = fs.path("f");

@@ -398,7 +398,7 @@ fn punch_mid_refresh(kind: &'static str, relocate: bool, switches: UnsafeSwitche
         let unwritten = fiemap_bytes(&f, refreshd::io::syscalls::FIEMAP_EXTENT_UNWRITTEN);
         assert!(unwritten >= 4 * MIB as u64, "unwritten {unwritten}: {what}");
         // The punched ranges stay unallocated: no data resurrected there.
-        use refreshd::engine::plan::seek_data_ranges;
+        use refreshd::engine::safety::plan::seek_data_ranges;
         let file = File::open(&f).unwrap();
         let data = seek_data_ranges(std::os::fd::AsFd::as_fd(&file), 32 * MIB as u64).unwrap();
         [(16u64, 2u64), (1, 1)].iter().all(|&(off, len)| {

@@ -20,10 +20,10 @@ fn mtime(path: &Path) -> (i64, i64) {
 }
 
 /// The one record in `state/journal`, if any.
-fn record(state: &Path) -> Option<refreshd::inventory::journal::Entry> {
+fn record(state: &Path) -> Option<refreshd::engine::safety::journal::Entry> {
     let entries: Vec<PathBuf> = journal_records(state);
     assert!(entries.len() <= 1, "{entries:?}");
-    refreshd::inventory::journal::read_record(entries.first()?).ok()
+    refreshd::engine::safety::journal::read_record(entries.first()?).ok()
 }
 
 fn slow_oneshot(state: &Path, file: &Path) -> Child {

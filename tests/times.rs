@@ -48,7 +48,7 @@ fn until_written(p: &Path, was: (i64, i64)) {
 fn record_says_changed(state: &Path) -> bool {
     journal_records(state)
         .iter()
-        .any(|r| refreshd::inventory::journal::read_record(r).is_ok_and(|e| e.changed_by_another))
+        .any(|r| refreshd::engine::safety::journal::read_record(r).is_ok_and(|e| e.changed_by_another))
 }
 
 #[test]

@@ -313,7 +313,7 @@ impl Metrics {
     }
 
     /// Brings the yield series up to the engine's account.
-    pub fn set_pace(&self, device: &str, pace: &crate::engine::pace::PaceStatus) {
+    pub fn set_pace(&self, device: &str, pace: &crate::engine::pacing::pace::PaceStatus) {
         let dev = Dev {
             device: device.into(),
         };

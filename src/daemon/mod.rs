@@ -97,9 +97,9 @@ pub fn run(cfg: Config, stop: Stop) -> Result<()> {
     // The state database must open (and be ours) before anything starts.
     crate::inventory::Store::open(&cfg.state_dir)?;
     // Put back what a killed run moved, before any worker writes again.
-    let journal = crate::inventory::journal::Journal::open(&cfg.state_dir)
+    let journal = crate::engine::safety::journal::Journal::open(&cfg.state_dir)
         .with_context(|| format!("the recovery journal in {}", cfg.state_dir.display()))?;
-    if let Err(e) = crate::inventory::journal::recover(&journal) {
+    if let Err(e) = crate::engine::safety::journal::recover(&journal) {
         tracing::warn!("reading the recovery journal: {e}");
     }
     let (drives, unwatched) = cells::drive_cells(&cfg);

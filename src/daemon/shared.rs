@@ -24,7 +24,7 @@ pub struct Shared {
     pub started: Instant,
     pub(crate) backend: Mutex<Option<String>>,
     /// The crash-recovery journal every drive's engine writes to.
-    pub journal: Arc<crate::inventory::journal::Journal>,
+    pub journal: Arc<crate::engine::safety::journal::Journal>,
     /// Configured trees that could not be watched, with why.
     pub unwatched: Vec<(std::path::PathBuf, String)>,
     /// The fleet group, with `[coordination]`.
@@ -50,7 +50,7 @@ impl Shared {
             started: Instant::now(),
             backend: Mutex::new(None),
             journal: Arc::new(
-                crate::inventory::journal::Journal::open(journal_dir)
+                crate::engine::safety::journal::Journal::open(journal_dir)
                     .unwrap_or_else(|e| panic!("test journal: {e}")),
             ),
             unwatched: vec![],
@@ -225,7 +225,7 @@ pub struct DriveCell {
     pub cancel: Arc<AtomicBool>,
     /// Whether the drive's refresh yields to other I/O now, and how long
     /// it has in total (filled by the engine).
-    pub pace: Arc<crate::engine::pace::PaceStatus>,
+    pub pace: Arc<crate::engine::pacing::pace::PaceStatus>,
     /// The controller it is behind (`pci-…`, "virtual").
     pub controller: String,
     /// Its fleet group (with `[coordination]`).

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags};
 
-use crate::engine::guard::Target;
+use crate::engine::safety::guard::Target;
 use crate::inventory::FileRecord;
 
 /// The configured roots of one drive, open.

@@ -17,55 +17,20 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::attrwatch::{AttrWatch, Watcher};
+use crate::engine::safety::attrwatch::{AttrWatch, Watcher};
 use crate::io::backend::{self, BackendChoice, BackendKind};
 use crate::io::buffers::BufferPool;
 use crate::io::fileio::Ring;
-use super::guard::{self, Opened, Refusal, Target};
-use super::lease::{self, LeaseClock};
-use super::pace::{DeviceCounters, PaceConfig, Pacer, SysBlock};
+use crate::engine::safety::guard::{self, Opened, Refusal, Target};
+use crate::engine::safety::lease::{self, LeaseClock};
+use crate::engine::pacing::pace::{DeviceCounters, PaceConfig, Pacer, SysBlock};
 use crate::io::account::OwnIo;
-use super::report::{FailKind, FileReport, Outcome, Range, SkipReason};
-use super::throttle::Throttle;
-use super::{inplace, relocate, EngineConfig, EngineError, Progress};
+use crate::engine::report::{FailKind, FileReport, Outcome, SkipReason};
+use crate::engine::pacing::throttle::Throttle;
+use crate::engine::settings::{EngineConfig, EngineError, Progress};
+use crate::engine::strategy::{inplace, relocate, Done, FileJob};
 use crate::config::Strategy;
-use crate::inventory::journal::Record;
-
-/// What a strategy hands back to the driver.
-#[derive(Debug)]
-pub(crate) struct Done {
-    pub outcome: Outcome,
-    /// The strategy wrote through the file (in place): its mtime moved and
-    /// must be put back, if the lease still covers us.
-    pub wrote_in_place: bool,
-}
-
-impl Done {
-    pub fn new(outcome: Outcome, wrote_in_place: bool) -> Done {
-        Done {
-            outcome,
-            wrote_in_place,
-        }
-    }
-}
-
-/// Everything a strategy needs for one file.
-pub(crate) struct FileJob<'a, 'fd> {
-    pub target: &'a Target,
-    pub opened: &'a Opened,
-    pub cfg: &'a EngineConfig,
-    pub skip: u64,
-    pub throttle: &'a mut Throttle,
-    pub clock: &'a mut LeaseClock<'fd>,
-    pub report: &'a mut FileReport,
-    pub progress: &'a mut dyn FnMut(u64),
-    /// The crash-recovery record, opened by the in-place strategy before
-    /// its first write and settled by the driver.
-    pub record: &'a mut Option<Record>,
-    /// Other processes' attribute changes while the file is written in
-    /// place (`None` for relocation, or when no watch could be made).
-    pub attrs: &'a mut Option<AttrWatch<'fd>>,
-}
+use crate::engine::safety::journal::Record;
 
 /// The I/O thread's state: the ring with its buffers, and the throttle.
 #[derive(Debug)]
@@ -142,7 +107,7 @@ impl IoThread {
         progress: Option<&mut Progress>,
     ) -> FileReport {
         // Per file, on this thread: ioprio is per thread and may change.
-        self.own.set_write_ioprio(super::pace::write_ioprio(
+        self.own.set_write_ioprio(crate::engine::pacing::pace::write_ioprio(
             cfg.pace.priority,
             crate::io::syscalls::write_ioprio(),
         ));
@@ -434,7 +399,7 @@ fn finish(
             // Never put an old mtime over somebody's newer write.
         } else if clock.still_ours(TIMES_MARGIN) {
             #[cfg(test)]
-            super::test_hooks::at(fd, super::test_hooks::Point::BeforeTimes);
+            crate::engine::test_hooks::at(fd, crate::engine::test_hooks::Point::BeforeTimes);
             let may = match attrs.as_deref_mut() {
                 _ if cfg.unsafe_switches.ignore_others_times => Ok(()),
                 Some(a) => a.may_restore(fd),
@@ -484,7 +449,7 @@ fn finish(
         }
     }
     #[cfg(test)]
-    super::test_hooks::at(fd, super::test_hooks::Point::BeforeFsync);
+    crate::engine::test_hooks::at(fd, crate::engine::test_hooks::Point::BeforeFsync);
     if let Err(e) = rustix::fs::fsync(fd) {
         failure.get_or_insert((FailKind::Io, format!("fsync: {}", io::Error::from(e))));
     }
@@ -542,7 +507,7 @@ fn changed_by_another(
 fn as_outcome_of_another(
     outcome: Outcome,
     evidence: Option<String>,
-    read_errors: &mut Vec<super::report::ReadError>,
+    read_errors: &mut Vec<crate::engine::report::ReadError>,
 ) -> Outcome {
     let Some(why) = evidence else {
         return outcome;
@@ -564,7 +529,7 @@ fn as_outcome_of_another(
     read_errors.clear();
     Outcome::interrupted(
         0,
-        super::report::Interruption::Changed,
+        crate::engine::report::Interruption::Changed,
         format!("{why}; left as it made it ({reason})"),
     )
 }
@@ -609,14 +574,4 @@ fn layout_changed(
         Ok(_) => None,
         Err(e) => Some(format!("statx after refresh: {e}")),
     }
-}
-
-/// Ranges of the executor's exposed writes, for the report.
-pub(crate) fn ranges(v: &[std::ops::Range<u64>]) -> Vec<Range> {
-    v.iter()
-        .map(|r| Range {
-            offset: r.start,
-            len: r.end - r.start,
-        })
-        .collect()
 }

@@ -11,12 +11,13 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use crate::io::backend::Op;
-use super::exec::{run_direct, ExecParams};
+use crate::engine::exec::{run_direct, ExecParams};
 use crate::io::fileio::{test_switch, Ring};
-use super::plan::Chunk;
-use super::relocate::read_pieces;
+use crate::engine::safety::plan::Chunk;
+use crate::engine::strategy::relocate::read_pieces;
 use crate::io::testdev::{Disk, MemDevice, Order};
-use super::throttle::{StopReason, Throttle, Watch};
+use crate::engine::pacing::throttle::Throttle;
+use crate::engine::safety::watch::{StopReason, Watch};
 
 const LEN: u64 = 64 * 1024;
 const BUF: usize = 4096;

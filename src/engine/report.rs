@@ -5,9 +5,29 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::io::backend::BackendKind;
-use super::plan::Excluded;
 use crate::io::syscalls::FsKind;
 use crate::units::format_size;
+
+/// Bytes left out of the plan, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Excluded {
+    /// Preallocated, never written (`fallocate`): reads as zeros.
+    pub unwritten: u64,
+    /// Shared with another file or snapshot (reflink).
+    pub shared: u64,
+    /// Stored inside metadata (inline data, tails packed with others).
+    pub inline: u64,
+    /// Compressed or otherwise encoded on disk.
+    pub encoded: u64,
+    /// Delayed allocation or unknown location.
+    pub delalloc: u64,
+}
+
+impl Excluded {
+    pub fn total(&self) -> u64 {
+        self.unwritten + self.shared + self.inline + self.encoded + self.delalloc
+    }
+}
 
 /// Why a file was left alone. The names are stable (scripts, metrics labels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -375,6 +395,16 @@ impl FileReport {
             format!("; left alone: {}", parts.join(", "))
         }
     }
+}
+
+/// Ranges of the executor's exposed writes, for the report.
+pub fn ranges(v: &[std::ops::Range<u64>]) -> Vec<Range> {
+    v.iter()
+        .map(|r| Range {
+            offset: r.start,
+            len: r.end - r.start,
+        })
+        .collect()
 }
 
 #[cfg(test)]

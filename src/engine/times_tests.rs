@@ -10,9 +10,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::test_hooks::{self, Point};
-use super::{Engine, EngineConfig, Outcome, Target, UnsafeSwitches};
-use crate::inventory::journal::Journal;
+use crate::engine::test_hooks::{self, Point};
+use crate::engine::{Engine, EngineConfig, Outcome, Target, UnsafeSwitches};
+use crate::engine::safety::journal::Journal;
 
 const OLD: (i64, i64) = (1_500_000_000, 7);
 
@@ -64,7 +64,7 @@ fn refresh(
     change: Change,
     sw: UnsafeSwitches,
 ) -> (
-    super::FileReport,
+    crate::engine::FileReport,
     PathBuf,
     Option<(i64, i64)>,
     tempfile::TempDir,

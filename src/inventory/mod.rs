@@ -17,7 +17,6 @@
 //! applied at the end of a scan, after every directory has been seen; a
 //! directory that cannot be read keeps its rows.
 
-pub mod journal;
 mod record;
 mod scan;
 mod store;

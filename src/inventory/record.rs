@@ -77,8 +77,8 @@ impl FileRecord {
     }
 
     /// Who the file is, as the inventory knows it.
-    pub fn identity(&self) -> crate::engine::guard::Identity {
-        crate::engine::guard::Identity {
+    pub fn identity(&self) -> crate::engine::safety::guard::Identity {
+        crate::engine::safety::guard::Identity {
             fs: self.fs,
             ino: self.ino,
             btime: self.btime,

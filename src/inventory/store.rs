@@ -9,7 +9,6 @@ use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::Serialize;
 
 use super::record::{FileKey, FileRecord};
 use super::scan::{self, WalkProblem};
@@ -17,54 +16,15 @@ use crate::clock::Timestamp;
 use crate::io::fsid::FsId;
 
 mod apply;
+mod error;
 pub mod migrate;
 
+pub use apply::ScanStats;
+pub use error::StoreError;
 pub use migrate::SCHEMA_VERSION;
-
-/// Error of the state database.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("state database {path}: {source}")]
-    Db {
-        path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
-    },
-    #[error(
-        "state database {path} has schema version {found}, written by a newer refreshd \
-         (this one knows {SCHEMA_VERSION}): run the newer refreshd, or move the state \
-         directory away to start over (refresh history and checkpoints are lost)"
-    )]
-    Version { path: PathBuf, found: i64 },
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// A file row and two optional extra columns.
 type RowWithExtra = (FileRecord, Option<(i64, i64)>);
-
-/// What a scan did.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct ScanStats {
-    pub dirs: u64,
-    pub files: u64,
-    pub bytes: u64,
-    pub added: u64,
-    pub changed: u64,
-    pub removed: u64,
-    /// Hard links beyond the first (each file is counted once).
-    pub extra_links: u64,
-    pub seconds: f64,
-    /// Directories (or entries) the walk could not read: their rows are
-    /// kept, and the reasons are in `problems`.
-    pub unreadable: u64,
-    #[serde(skip)]
-    pub problems: Vec<String>,
-}
 
 /// The state database.
 #[derive(Debug)]
@@ -164,7 +124,7 @@ impl Store {
                 path: root.into(),
                 source,
             })?;
-        let applied = apply::apply(self, rx, &mut stats);
+        let applied = apply::apply(&self.conn, &self.path, rx, &mut stats);
         let (walked, problems) = walker.join().unwrap_or_else(|_| {
             (
                 Err(std::io::Error::other("the walk thread panicked")),
@@ -181,7 +141,7 @@ impl Store {
         }
         let unreadable: Vec<PathBuf> = problems.iter().map(|p| p.path.clone()).collect();
         applied
-            .settle(self, root, &unreadable, &mut stats)
+            .settle(&self.conn, root, &unreadable, &mut stats)
             .map_err(|source| StoreError::Db {
                 path: self.path.clone(),
                 source,

@@ -183,9 +183,9 @@ fn open_direct(f: &FileRecord) -> io::Result<OwnedFd> {
         OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    let m = crate::engine::guard::meta(path_fd.as_fd())?;
+    let m = crate::engine::safety::guard::meta(path_fd.as_fd())?;
     let want = f.identity();
-    let inode = crate::engine::guard::Identity {
+    let inode = crate::engine::safety::guard::Identity {
         fs: want.fs,
         ino: m.ino,
         btime: m.btime,
@@ -195,7 +195,7 @@ fn open_direct(f: &FileRecord) -> io::Result<OwnedFd> {
         return Err(io::Error::other(REPLACED));
     }
     let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC;
-    let fd = crate::engine::guard::reopen(path_fd.as_fd(), flags)?;
+    let fd = crate::engine::safety::guard::reopen(path_fd.as_fd(), flags)?;
     // The filesystem, once open (the ioctls need a real descriptor).
     if !want.fs.holds(&crate::io::fsid::of(fd.as_fd())?, m.dev) {
         return Err(io::Error::other(REPLACED));

@@ -10,7 +10,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use refreshd::engine::plan::seek_data_ranges;
+use refreshd::engine::safety::plan::seek_data_ranges;
 
 pub mod kernel;
 pub mod nspawn;
@@ -418,7 +418,7 @@ pub fn record_vouches(state: &Path, file: &Path) -> bool {
     let mtime = refreshd::clock::Timestamp::new(m.mtime(), m.mtime_nsec() as u32);
     let ctime = refreshd::clock::Timestamp::new(m.ctime(), m.ctime_nsec() as u32);
     journal_records(state).iter().any(|r| {
-        refreshd::inventory::journal::read_record(r)
+        refreshd::engine::safety::journal::read_record(r)
             .is_ok_and(|e| e.taken.ino == m.ino() && e.vouches_for(mtime, ctime))
     })
 }

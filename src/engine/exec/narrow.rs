@@ -6,10 +6,11 @@ use std::io;
 use std::ops::Range;
 use std::time::Instant;
 
-use super::{ExecError, ExecResult};
+use super::outcome::{ExecError, ExecResult};
 use crate::io::backend::Op;
 use crate::io::fileio::FileIo;
-use crate::engine::throttle::{StopReason, Throttle, Watch};
+use crate::engine::pacing::throttle::Throttle;
+use crate::engine::safety::watch::{StopReason, Watch};
 
 /// Reads a range in halves until each failing piece is one alignment unit;
 /// readable pieces are written back, failing ones recorded and left alone.

@@ -15,9 +15,30 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::super::scan::{Batch, Entry, Walked};
-use super::{ScanStats, Store, StoreError};
+use serde::Serialize;
+
+use super::error::StoreError;
 use crate::clock::Timestamp;
 use crate::io::fsid::FsId;
+
+/// What a scan did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ScanStats {
+    pub dirs: u64,
+    pub files: u64,
+    pub bytes: u64,
+    pub added: u64,
+    pub changed: u64,
+    pub removed: u64,
+    /// Hard links beyond the first (each file is counted once).
+    pub extra_links: u64,
+    pub seconds: f64,
+    /// Directories (or entries) the walk could not read: their rows are
+    /// kept, and the reasons are in `problems`.
+    pub unreadable: u64,
+    #[serde(skip)]
+    pub problems: Vec<String>,
+}
 
 /// Longest a scan holds the write lock at once.
 pub const GROUP_TIME: Duration = Duration::from_millis(100);
@@ -81,15 +102,15 @@ impl Drop for Group<'_> {
 
 /// Applies what the walk sends to the rows under `root`.
 pub(super) fn apply(
-    store: &Store,
+    conn: &Connection,
+    path: &Path,
     rx: Receiver<Walked>,
     stats: &mut ScanStats,
 ) -> Result<Applied, StoreError> {
     let db = |source| StoreError::Db {
-        path: store.path.clone(),
+        path: path.to_path_buf(),
         source,
     };
-    let conn = &store.conn;
     let mut dirs: HashMap<Vec<u8>, i64> = HashMap::new();
     {
         let mut q = conn.prepare("SELECT id, path FROM dirs").map_err(db)?;
@@ -147,12 +168,11 @@ impl Applied {
     /// `unreadable` ones (a directory that cannot be read is not gone).
     pub(super) fn settle(
         self,
-        store: &Store,
+        conn: &Connection,
         root: &Path,
         unreadable: &[PathBuf],
         stats: &mut ScanStats,
     ) -> rusqlite::Result<()> {
-        let conn = &store.conn;
         let mut group = Group {
             conn,
             open: None,

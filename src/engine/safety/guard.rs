@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use rustix::fs::{statx, AtFlags, FileType, Mode, OFlags, StatxAttributes, StatxFlags, Timestamps};
 
-use super::report::SkipReason;
+use crate::engine::report::SkipReason;
 use crate::io::syscalls::{self, FsKind};
 use crate::clock::Timestamp;
 use crate::io::fsid::FsId;

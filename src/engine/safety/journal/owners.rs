@@ -87,7 +87,7 @@ pub fn dead_owners(root: &Path, mine: &Path) -> io::Result<Vec<DeadOwner>> {
             continue;
         }
         #[cfg(test)]
-        if super::test_switch::ignore_owners() {
+        if crate::engine::safety::journal::test_switch::ignore_owners() {
             // Guard off: every other directory counts as dead.
             if let Ok(lock) = File::open(dir.join(LOCK)) {
                 out.push(DeadOwner { dir, _lock: lock });

@@ -36,16 +36,15 @@ use rustix::fs::{fcntl_getfl, fcntl_setfl, Advice, FallocateFlags, Mode, OFlags}
 
 mod methods;
 
-use crate::io::backend::Op;
-use super::driver::{Done, FileJob};
-use crate::io::fileio::FileIo;
-use super::plan::{self, Chunk, PlanParams};
-use super::report::{Interruption, Outcome, ReadError, SkipReason};
-use crate::io::syscalls::{self, read_exact_at, write_all_at, FsKind};
-use super::throttle::{StopReason, Watch};
+pub use crate::engine::types::DEFAULT_RELOCATE_CHUNK;
 
-/// Default largest relocation unit.
-pub const DEFAULT_RELOCATE_CHUNK: u64 = 64 << 20;
+use crate::io::backend::Op;
+use crate::engine::strategy::{Done, FileJob};
+use crate::io::fileio::FileIo;
+use crate::engine::safety::plan::{self, Chunk, PlanParams};
+use crate::engine::report::{Interruption, Outcome, ReadError, SkipReason};
+use crate::io::syscalls::{self, read_exact_at, write_all_at, FsKind};
+use crate::engine::safety::watch::{StopReason, Watch};
 const PIECE: usize = 1 << 20;
 /// With a rate, a unit is at most this long a share of it, so that an
 /// application's I/O never waits long behind one swap.
@@ -508,7 +507,7 @@ fn relocate_units(mut r: Relocator<'_, '_>, units: &[Chunk], job: &mut FileJob<'
     }
     job.report.changed_meanwhile = changed
         .into_iter()
-        .map(|(offset, len)| super::report::Range { offset, len })
+        .map(|(offset, len)| crate::engine::report::Range { offset, len })
         .collect();
     outcome.unwrap_or_else(|| job.report.done_outcome())
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use rustix::fs::FallocateFlags;
 
-use super::{ChunkResult, Relocator};
-use crate::engine::plan::{self, Chunk};
+use crate::engine::strategy::relocate::{ChunkResult, Relocator};
+use crate::engine::safety::plan::{self, Chunk};
 use crate::engine::report::{Outcome, ReadError, SkipReason};
 use crate::io::syscalls::{self, Dedupe};
 

@@ -11,16 +11,17 @@ use std::time::Instant;
 
 use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 
-use super::attrwatch::{AttrWatch, Seen};
-use super::driver::{self, Done, FileJob};
-use super::exec::{self, ExecParams};
+use crate::engine::safety::attrwatch::{AttrWatch, Seen};
+use crate::engine::strategy::{Done, FileJob};
+use crate::engine::exec::{self, ExecParams};
 use crate::io::fileio::FileIo;
-use super::lease::LeaseClock;
-use super::plan::{self, Chunk, PlanParams};
-use super::report::{Outcome, Range, ReadError, SkipReason};
+use crate::engine::safety::lease::LeaseClock;
+use crate::engine::safety::plan::{self, Chunk, PlanParams};
+use crate::engine::report::{Outcome, Range, ReadError, SkipReason};
 use crate::io::syscalls::{read_exact_at, write_all_at};
-use super::throttle::{StopReason, Throttle, Watch};
-use crate::inventory::journal::{self, Entry, Record};
+use crate::engine::pacing::throttle::Throttle;
+use crate::engine::safety::watch::{StopReason, Watch};
+use crate::engine::safety::journal::{self, Entry, Record};
 
 /// The executor's watch on a real file: cancel, the lease, free space,
 /// and the times its own writes leave (for the recovery record).
@@ -124,7 +125,7 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
         let reason = format!("unusable direct-I/O alignment {align}");
         return Done::new(Outcome::failed(FailKind::Io, reason), false);
     }
-    let chunk = super::throttle::chunk_for_rate(cfg.chunk, job.throttle.rate(), align);
+    let chunk = crate::engine::pacing::throttle::chunk_for_rate(cfg.chunk, job.throttle.rate(), align);
     let params = PlanParams {
         size: o.meta.size,
         align,
@@ -209,7 +210,7 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
     let r = exec::run_direct(fio, &direct, job.throttle, &mut watch, xp, job.progress);
     let report = &mut *job.report;
     report.bytes_refreshed = r.written;
-    report.lease_exposed = driver::ranges(&r.exposed);
+    report.lease_exposed = crate::engine::report::ranges(&r.exposed);
     report.read_errors = r
         .bad_ranges
         .iter()
@@ -226,7 +227,7 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
     let mut resume = r.resume_offset;
     let mut failure = r.error.map(|e| {
         let kind = match e {
-            super::exec::ExecError::Verify { .. } => FailKind::Verify,
+            crate::engine::exec::ExecError::Verify { .. } => FailKind::Verify,
             _ => FailKind::Io,
         };
         (kind, e.to_string())
@@ -257,7 +258,7 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
     // for the driver's decision to put the originals back.
     watch.quiescent();
     #[cfg(test)]
-    super::test_hooks::at(fd, super::test_hooks::Point::Written);
+    crate::engine::test_hooks::at(fd, crate::engine::test_hooks::Point::Written);
     let outcome = if let Some((kind, reason)) = failure {
         Outcome::Failed { kind, reason }
     } else if let Some(why) = stop {

@@ -21,7 +21,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{IoPriority, YieldMode};
+use crate::engine::types::{IoPriority, YieldMode};
+pub use crate::engine::types::DEFAULT_FLOOR;
 
 mod device;
 mod shared;
@@ -45,8 +46,6 @@ pub const QUIET: Duration = Duration::from_secs(1);
 pub const PROBE: Duration = Duration::from_millis(300);
 /// While ramping, the rate doubles this often.
 pub const RAMP_STEP: Duration = Duration::from_millis(250);
-/// Default floor: the refresh never goes slower than this.
-pub const DEFAULT_FLOOR: u64 = 4 << 20;
 /// Request size while yielding: short enough that a foreground read
 /// queued behind one waits little.
 pub const YIELD_REQUEST: u64 = 128 << 10;

@@ -10,8 +10,8 @@ use std::io;
 use std::ops::Range;
 use std::os::fd::BorrowedFd;
 
-use serde::Serialize;
 
+use crate::engine::report::Excluded;
 use crate::io::syscalls::{self, Extent};
 
 /// One unit of I/O: read these bytes, write the same bytes back.
@@ -26,27 +26,6 @@ pub struct Chunk {
 impl Chunk {
     pub fn end(&self) -> u64 {
         self.offset + self.len
-    }
-}
-
-/// Bytes left out of the plan, by reason.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Excluded {
-    /// Preallocated, never written (`fallocate`): reads as zeros.
-    pub unwritten: u64,
-    /// Shared with another file or snapshot (reflink).
-    pub shared: u64,
-    /// Stored inside metadata (inline data, tails packed with others).
-    pub inline: u64,
-    /// Compressed or otherwise encoded on disk.
-    pub encoded: u64,
-    /// Delayed allocation or unknown location.
-    pub delalloc: u64,
-}
-
-impl Excluded {
-    pub fn total(&self) -> u64 {
-        self.unwritten + self.shared + self.inline + self.encoded + self.delalloc
     }
 }
 
@@ -134,8 +113,8 @@ pub fn still_plain_data(fd: BorrowedFd<'_>, range: Range<u64>) -> io::Result<boo
 }
 
 /// Why an empty plan leaves the file alone.
-pub fn nothing_planned(p: &Plan, size: u64) -> super::report::Outcome {
-    use super::report::{Outcome, SkipReason};
+pub fn nothing_planned(p: &Plan, size: u64) -> crate::engine::report::Outcome {
+    use crate::engine::report::{Outcome, SkipReason};
     let e = p.excluded;
     let detail = if size == 0 {
         "empty file".to_string()

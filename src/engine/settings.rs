@@ -1,0 +1,105 @@
+//! What one engine is started with.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::engine::pacing::pace::PaceStatus;
+use crate::engine::safety::journal::Journal;
+use crate::engine::types::{
+    IoPriority, Strategy, UnsafeSwitches, YieldMode, DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_FLOOR,
+    DEFAULT_RELOCATE_CHUNK,
+};
+use crate::io::backend::BackendChoice;
+
+/// How an engine refreshes files.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Bytes per second, or unthrottled.
+    pub rate: Option<u64>,
+    /// Largest chunk (a power of two ≥ 4096).
+    pub chunk: u64,
+    /// Chunks in flight.
+    pub depth: usize,
+    pub backend: BackendChoice,
+    /// Read every written chunk back and compare.
+    pub verify: bool,
+    /// Check and plan only.
+    pub dry_run: bool,
+    /// Rewrite shared (reflinked, snapshotted) extents too.
+    pub rewrite_shared: bool,
+    /// Keep at least this much free space on copy-on-write filesystems
+    /// (default: 5 % of the filesystem).
+    pub min_free: Option<u64>,
+    /// Set to stop after in-flight I/O (Ctrl-C, shutdown).
+    pub cancel: Arc<AtomicBool>,
+    /// In place, relocation, or in place with relocation for files in use.
+    pub strategy: Strategy,
+    /// Largest relocation unit.
+    pub relocate_chunk: u64,
+    /// Where in-place refreshes record what to put back after a crash
+    /// (see `safety::journal`); `None`: a killed run leaves the mtime
+    /// of the file it was writing moved.
+    pub journal: Option<Arc<Journal>>,
+    /// Yielding to other I/O on the drive, and request priorities.
+    pub pace: PaceSettings,
+    /// Whether and why the engine is yielding now (read by the daemon).
+    pub pace_status: Arc<PaceStatus>,
+    #[doc(hidden)]
+    pub unsafe_switches: UnsafeSwitches,
+}
+
+/// How an engine yields to other I/O (see [`pace`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PaceSettings {
+    pub mode: YieldMode,
+    pub priority: IoPriority,
+    /// The rate never drops below this while yielding.
+    pub floor: u64,
+}
+
+impl Default for PaceSettings {
+    fn default() -> Self {
+        PaceSettings {
+            mode: YieldMode::Auto,
+            priority: IoPriority::Idle,
+            floor: DEFAULT_FLOOR,
+        }
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            rate: None,
+            chunk: DEFAULT_CHUNK,
+            depth: DEFAULT_DEPTH,
+            backend: BackendChoice::Auto,
+            verify: false,
+            dry_run: false,
+            rewrite_shared: false,
+            min_free: None,
+            cancel: Arc::new(AtomicBool::new(false)),
+            strategy: Strategy::Auto,
+            relocate_chunk: DEFAULT_RELOCATE_CHUNK,
+            journal: None,
+            pace: PaceSettings::default(),
+            pace_status: Arc::default(),
+            unsafe_switches: UnsafeSwitches::default(),
+        }
+    }
+}
+
+/// Error starting an engine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("setting up io_uring: {0}")]
+    Backend(#[source] std::io::Error),
+    #[error("invalid engine settings: {0}")]
+    Config(String),
+    #[error("starting the I/O thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// Progress callback: bytes just refreshed.
+pub type Progress = Box<dyn FnMut(u64) + Send>;
+

@@ -1,0 +1,81 @@
+//! The engine's vocabulary: the choices an operator makes about a refresh
+//! (strategy, yielding, I/O priority) and their defaults. The config, the
+//! command line and the daemon speak these types; the engine defines them.
+
+use serde::{Deserialize, Serialize};
+
+/// Default chunk: large enough for full device bandwidth, small enough to
+/// stop quickly on a lease break.
+pub const DEFAULT_CHUNK: u64 = 1 << 20;
+/// Default number of chunks in flight.
+pub const DEFAULT_DEPTH: usize = 8;
+
+/// Default largest relocation unit.
+pub const DEFAULT_RELOCATE_CHUNK: u64 = 64 << 20;
+/// Default floor: the refresh never goes slower than this while it yields.
+pub const DEFAULT_FLOOR: u64 = 4 << 20;
+
+/// How files are refreshed (`strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// In place under an exclusive lease when nobody else has the file
+    /// open; relocation when someone does and the filesystem supports it.
+    Auto,
+    /// In place only; files in use are skipped.
+    Inplace,
+    /// Kernel-mediated relocation only.
+    Relocate,
+}
+
+/// Whether the refresh yields to other I/O on its drive (`yield`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum YieldMode {
+    /// Watch the drive: fewer, smaller requests at the floor rate while
+    /// other processes use it; back to the configured rate when it is quiet.
+    Auto,
+    /// Always the configured rate and depth.
+    Off,
+}
+
+/// The I/O priority of refresh requests (`io_priority`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum IoPriority {
+    /// Reads in the idle class, writes (which must finish inside a lease
+    /// break) best-effort at the lowest level, per request.
+    Idle,
+    /// The process's own priority (e.g. set by `ionice` or the unit).
+    Inherit,
+}
+
+/// Test-only switches that turn single guards off, so that tests can show
+/// what each guard protects. Never set by the command line or the config.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnsafeSwitches {
+    /// Do not take the write lease: concurrent writes can be lost.
+    pub no_lease: bool,
+    /// Write holes and unwritten extents too: allocation changes.
+    pub write_holes: bool,
+    /// Write the unaligned tail as a full direct block: the file grows.
+    pub direct_tail: bool,
+    /// Do not restore atime/mtime.
+    pub no_time_restore: bool,
+    /// Do not check free space on copy-on-write filesystems.
+    pub no_space_check: bool,
+    /// Write buffers whose read failed.
+    pub write_failed_reads: bool,
+    /// No bound on the bytes of writes in flight under a lease.
+    pub unbounded_writes: bool,
+    /// Relocation: no layout re-check before FIDEDUPERANGE (a hole punched
+    /// meanwhile is filled with allocated zeros).
+    pub no_layout_recheck: bool,
+    /// Write files in place even when the kernel would strip their setuid
+    /// bit or file capabilities.
+    pub strip_privileges: bool,
+    /// Put the saved times back even when another process changed the
+    /// file's times or attributes meanwhile.
+    pub ignore_others_times: bool,
+}
