@@ -8,20 +8,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-/// A whole drive as the kernel names it (`sda`, `nvme0n1`, `loop3`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Drive {
-    pub name: String,
-    /// "major:minor" of the whole drive.
-    pub dev: String,
-    /// Stable identity: wwid, else model+serial, else (loop) the backing
-    /// file, else the name.
-    pub id: String,
-    pub model: Option<String>,
-    pub serial: Option<String>,
-}
+pub use refreshd_protocol::drive::Drive;
+use serde::Serialize;
 
 /// Error mapping a file to its drives.
 #[derive(Debug, thiserror::Error)]

@@ -31,13 +31,14 @@ pub mod engine;
 pub mod inventory;
 pub mod io;
 pub mod oneshot;
-pub mod pathtext;
 pub mod policy;
-pub mod protocol;
 pub mod sampler;
 pub mod survey;
-pub mod units;
 pub mod walk;
+
+// The protocol crate's modules, where they always were.
+pub use refreshd_protocol as protocol;
+pub use refreshd_protocol::{pathtext, units};
 
 /// Sets up logging: `-v`/`-q` pick the default level, `RUST_LOG` overrides.
 /// Plain lines to stderr; under systemd journald adds the timestamps.

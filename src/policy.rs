@@ -21,10 +21,12 @@
 //! operator forces a refresh.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+pub use refreshd_protocol::health::{HealthState, Judgement, Reference};
+pub use refreshd_protocol::plan::{Plan, PlanEntry};
 
 use crate::inventory::FileRecord;
 use crate::sampler::DriveSample;
@@ -36,21 +38,6 @@ pub struct Thresholds {
     pub min_ratio: f64,
 }
 
-/// Where a round's fresh reference came from, best first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reference {
-    /// A canary written and read back in this round.
-    Canary,
-    /// What fresh data read at on this drive before (its identity's
-    /// recorded baseline).
-    Baseline,
-    /// The drive's freshest data (the youngest, non-stale age bucket).
-    FreshestData,
-    /// The operator's `expected_throughput`.
-    Expected,
-}
-
 /// References other than the round's own canary.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Fallbacks {
@@ -58,38 +45,11 @@ pub struct Fallbacks {
     pub expected_bps: Option<f64>,
 }
 
-/// The verdict on one round.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Judgement {
-    pub stale_bps: Option<f64>,
-    pub fresh_bps: Option<f64>,
-    pub ratio: Option<f64>,
-    /// min(stale/min_throughput, ratio/min_ratio); `None` without stale
-    /// data, or without a reference while the ratio floor is in use.
-    pub score: Option<f64>,
-    /// Why it is below, in words (empty when it is not).
-    pub reasons: Vec<String>,
-    /// Where `fresh_bps` came from.
-    pub reference: Option<Reference>,
-    /// Stale data was measured but no reference could be had: the drive
-    /// cannot be judged, and this says why.
-    pub unjudged: Option<String>,
-    /// Every byte is slow, fresh as well as old: a rewrite cannot help
-    /// (a link negotiated down, garbage collection, a failing drive).
-    pub slow: Option<String>,
-}
-
 /// Fresh and old data reading within this ratio of each other are "the
 /// same speed": whatever makes them slow, it is not the data's age.
 pub const SLOW_RATIO: f64 = 0.7;
 /// Fresh data below this share of the drive's baseline is far below it.
 pub const BELOW_BASELINE: f64 = 0.5;
-
-impl Judgement {
-    pub fn below(&self) -> bool {
-        self.score.is_some_and(|s| s < 1.0)
-    }
-}
 
 fn mbps(bps: f64) -> String {
     format!("{:.0} MB/s", bps / 1e6)
@@ -218,46 +178,6 @@ pub fn judge_sample(s: &DriveSample, th: Thresholds, fb: Fallbacks) -> Judgement
     j
 }
 
-/// A drive's state as the daemon tracks it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HealthState {
-    /// Not measured yet, or nothing stale to measure.
-    Unknown,
-    /// Stale data was measured but there is nothing to compare it with
-    /// (see the judgement's `unjudged` reason): never refreshed, never
-    /// called healthy.
-    Unjudged,
-    /// Every byte is slow, fresh as well as old (see the judgement's
-    /// `slow` reason): never refreshed, diagnosed.
-    Slow,
-    Healthy,
-    /// One round below the floors: re-sample soon to confirm.
-    Suspect,
-    Degraded,
-    /// Refreshed, and the rewritten data is still slow.
-    NotRecovering,
-    /// The last round could not read the drive's stale data at all (the
-    /// reason is in the status): never refreshed on its own, sampled
-    /// again at the next interval.
-    CannotSample,
-}
-
-impl HealthState {
-    pub fn name(self) -> &'static str {
-        match self {
-            HealthState::Unknown => "unknown",
-            HealthState::Unjudged => "unjudged",
-            HealthState::Slow => "slow",
-            HealthState::Healthy => "healthy",
-            HealthState::Suspect => "suspect",
-            HealthState::Degraded => "degraded",
-            HealthState::NotRecovering => "not_recovering",
-            HealthState::CannotSample => "cannot_sample",
-        }
-    }
-}
-
 /// Scores kept for confirmation.
 pub const WINDOW: usize = 3;
 /// Median score at which a degraded drive counts as healthy again.
@@ -366,32 +286,6 @@ impl Health {
     pub fn wants_refresh(&self) -> bool {
         self.state == HealthState::Degraded
     }
-}
-
-/// One file to rewrite.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlanEntry {
-    #[serde(with = "crate::pathtext::json")]
-    pub path: PathBuf,
-    /// The device number at the last scan (this boot).
-    pub dev: u64,
-    /// The filesystem's identity (UUID; stable across reboots).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fs: Option<crate::io::fsid::FsId>,
-    pub ino: u64,
-    pub size: u64,
-    pub age_days: f64,
-}
-
-/// What to rewrite on a drive, in order.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Plan {
-    pub files: Vec<PlanEntry>,
-    pub bytes: u64,
-    /// Stale, but rewritten less than `min_interval` ago.
-    pub skipped_recent: u64,
-    /// Left for another day by the daily budget.
-    pub deferred_budget: u64,
 }
 
 /// Plan inputs.

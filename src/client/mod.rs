@@ -393,7 +393,7 @@ pub fn render_plan(v: &[PlanReply]) -> String {
 }
 
 fn render_sample(out: &mut String, s: &SampleRecord) {
-    crate::survey::sample_table(out, &s.sample);
+    crate::protocol::show::sample_table(out, &s.sample);
     let j = &s.judgement;
     out.push_str(&format!(
         "  sampled {}: stale {}{}{}\n\n",

@@ -10,90 +10,12 @@
 //! ext4's `f_fsid` (derived from its UUID). When none answers, the device
 //! number is used and said so ([`FsId::Dev`]: valid for this boot only).
 
-use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use rustix::fs::{AtFlags, StatxFlags};
 
-/// A filesystem (and btrfs subvolume) identity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum FsId {
-    /// The filesystem's UUID; the btrfs subvolume id (0 elsewhere).
-    Uuid { uuid: [u8; 16], subvol: u64 },
-    /// No UUID could be read: the device number (valid until a reboot),
-    /// or a record written before identities were UUIDs.
-    Dev(u64),
-}
-
-impl FsId {
-    /// The key in the state database and journal file names: 32 hex
-    /// digits (and `.subvol`), or `dev-MAJ-MIN`. Only `[0-9a-f.-]`.
-    pub fn key(&self) -> String {
-        match self {
-            FsId::Uuid { uuid, subvol } => {
-                let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
-                if *subvol == 0 {
-                    hex
-                } else {
-                    format!("{hex}.{subvol}")
-                }
-            }
-            FsId::Dev(d) => format!("dev-{}-{}", rustix::fs::major(*d), rustix::fs::minor(*d)),
-        }
-    }
-
-    /// Reads a [`FsId::key`] back.
-    pub fn parse(key: &str) -> Option<FsId> {
-        if let Some(rest) = key.strip_prefix("dev-") {
-            let (maj, min) = rest.split_once('-')?;
-            return Some(FsId::Dev(rustix::fs::makedev(
-                maj.parse().ok()?,
-                min.parse().ok()?,
-            )));
-        }
-        let (hex, subvol) = match key.split_once('.') {
-            Some((h, s)) => (h, s.parse().ok()?),
-            None => (key, 0),
-        };
-        if hex.len() != 32 {
-            return None;
-        }
-        let mut uuid = [0u8; 16];
-        for (i, b) in uuid.iter_mut().enumerate() {
-            *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-        }
-        Some(FsId::Uuid { uuid, subvol })
-    }
-
-    /// Whether a file seen now (on `live`, device `live_dev`) is on this
-    /// filesystem: by UUID, or for a [`FsId::Dev`] by device number.
-    pub fn holds(&self, live: &FsId, live_dev: u64) -> bool {
-        match self {
-            FsId::Dev(d) => *d == live_dev,
-            uuid => uuid == live,
-        }
-    }
-}
-
-impl fmt::Display for FsId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.key())
-    }
-}
-
-impl serde::Serialize for FsId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.key())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for FsId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        FsId::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("bad filesystem id {s:?}")))
-    }
-}
+pub use refreshd_protocol::fsid::FsId;
 
 const FS_IOC_GETFSUUID: libc::c_ulong = 0x8011_1500;
 const BTRFS_IOC_FS_INFO: libc::c_ulong = 0x8400_941F;

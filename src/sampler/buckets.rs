@@ -11,7 +11,7 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{bucket_of, BUCKET_EDGES, MONTH};
+use refreshd_protocol::sample::{bucket_of, BUCKET_EDGES, MONTH};
 use crate::inventory::FileRecord;
 
 /// Candidates kept per bucket (a round measures up to 64; some may have

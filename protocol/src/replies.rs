@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::drive::Drive;
-use crate::policy::{HealthState, Judgement, Plan, Reference};
-use crate::sampler::DriveSample;
+use crate::health::{HealthState, Judgement, Reference};
+use crate::plan::Plan;
+use crate::sample::DriveSample;
 
 /// `status`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,10 +1,6 @@
-//! The control protocol between `refreshctl` and the daemon: one JSON
-//! object per line each way, over a Unix socket. Every request and response
-//! carries `"v": 1`; a daemon refuses versions it does not know.
+//! What `refreshctl` asks: one JSON object per line, with `"v"`.
 
 use serde::{Deserialize, Serialize};
-
-pub mod replies;
 
 pub const VERSION: u32 = 1;
 /// Longest request line the daemon reads.
@@ -74,37 +70,6 @@ impl Verb {
             self,
             Verb::Status {} | Verb::Drives {} | Verb::Plan {} | Verb::Survey {}
         )
-    }
-}
-
-/// A response: `ok` with `data`, or an `error` in words.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Response {
-    pub v: u32,
-    pub ok: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-impl Response {
-    pub fn ok(data: serde_json::Value) -> Response {
-        Response {
-            v: VERSION,
-            ok: true,
-            data: Some(data),
-            error: None,
-        }
-    }
-
-    pub fn err(msg: impl Into<String>) -> Response {
-        Response {
-            v: VERSION,
-            ok: false,
-            data: None,
-            error: Some(msg.into()),
-        }
     }
 }
 
