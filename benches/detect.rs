@@ -68,7 +68,7 @@ fn rounds(d: &Drive, rounds: usize, until: Option<HealthState>) -> (usize, u64, 
         .unwrap_or(32)
         * MIB;
     let th = Thresholds {
-        min_throughput: 100 * MIB,
+        min_throughput: refreshd::units::Rate(100 * MIB),
         min_ratio: 0.5,
     };
     let mut health = Health::default();
@@ -76,10 +76,10 @@ fn rounds(d: &Drive, rounds: usize, until: Option<HealthState>) -> (usize, u64, 
     for r in 0..rounds {
         let now = refreshd::inventory::now_secs();
         let opts = SampleOptions {
-            budget,
+            budget: refreshd::units::ByteSize(budget),
             stale_after: Duration::from_secs(30 * 86_400),
             canary_dir: Some(tree.clone()),
-            min_free: 64 * MIB,
+            min_free: refreshd::units::ByteSize(64 * MIB),
             seed: r as u64,
             now,
         };

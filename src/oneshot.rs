@@ -22,7 +22,7 @@ pub use crate::config::Strategy;
 #[derive(Debug, Clone)]
 pub struct RefreshOptions {
     pub paths: Vec<PathBuf>,
-    pub rate: Option<u64>,
+    pub rate: Option<crate::units::Rate>,
     pub strategy: Strategy,
     pub dry_run: bool,
     pub json: bool,
@@ -31,7 +31,7 @@ pub struct RefreshOptions {
     pub depth: usize,
     pub backend: BackendChoice,
     pub include_shared: bool,
-    pub min_free: Option<u64>,
+    pub min_free: Option<crate::units::ByteSize>,
     /// Show a progress bar (when stderr is a terminal).
     pub progress: bool,
     /// Largest relocation unit.

@@ -29,12 +29,13 @@ pub use refreshd_protocol::health::{HealthState, Judgement, Reference};
 pub use refreshd_protocol::plan::{Plan, PlanEntry};
 
 use crate::inventory::FileRecord;
+use crate::units::Rate;
 use crate::sampler::DriveSample;
 
 /// The two floors.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Thresholds {
-    pub min_throughput: u64,
+    pub min_throughput: Rate,
     pub min_ratio: f64,
 }
 
@@ -63,8 +64,8 @@ pub fn judge(stale_bps: Option<f64>, fresh_bps: Option<f64>, th: Thresholds) -> 
     };
     let mut reasons = vec![];
     let score = stale_bps.map(|s| {
-        let floor = if th.min_throughput > 0 {
-            s / th.min_throughput as f64
+        let floor = if th.min_throughput.0 > 0 {
+            s / th.min_throughput.0 as f64
         } else {
             f64::INFINITY
         };
@@ -72,7 +73,7 @@ pub fn judge(stale_bps: Option<f64>, fresh_bps: Option<f64>, th: Thresholds) -> 
             reasons.push(format!(
                 "stale data reads at {} < min_throughput {}",
                 mbps(s),
-                mbps(th.min_throughput as f64)
+                mbps(th.min_throughput.0 as f64)
             ));
         }
         let rel = match ratio {
@@ -111,7 +112,7 @@ fn every_byte_slow(
     if stale < SLOW_RATIO * canary {
         return None; // old data is slower than fresh: age, refreshable
     }
-    let below_floor = th.min_throughput > 0 && canary < th.min_throughput as f64;
+    let below_floor = th.min_throughput.0 > 0 && canary < th.min_throughput.0 as f64;
     let below_baseline = baseline.is_some_and(|b| canary < BELOW_BASELINE * b);
     if !below_floor && !below_baseline {
         return None;
@@ -126,7 +127,7 @@ fn every_byte_slow(
     } else {
         why.push_str(&format!(
             ", below min_throughput {}",
-            mbps(th.min_throughput as f64)
+            mbps(th.min_throughput.0 as f64)
         ));
     }
     why.push_str(": a rewrite cannot help (link speed, garbage collection, a failing drive)");

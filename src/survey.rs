@@ -20,9 +20,9 @@ use crate::units::format_size;
 pub struct SurveyOptions {
     pub paths: Vec<PathBuf>,
     pub stale_after: Duration,
-    pub sample_bytes: u64,
+    pub sample_bytes: crate::units::ByteSize,
     pub thresholds: Thresholds,
-    pub min_free: u64,
+    pub min_free: crate::units::ByteSize,
     pub seed: u64,
 }
 
@@ -179,7 +179,7 @@ pub fn render(reports: &[DriveReport], opts: &SurveyOptions) -> String {
                 None => "no stale data to measure".to_string(),
                 Some(_) => format!(
                     "stale data >= {:.0} MB/s and >= {} x fresh",
-                    opts.thresholds.min_throughput as f64 / 1e6,
+                    opts.thresholds.min_throughput.0 as f64 / 1e6,
                     opts.thresholds.min_ratio
                 ),
             }

@@ -162,7 +162,7 @@ fn privileged_btrfs_space_watermark() {
     let w0 = fs.bytes_written();
     // Keep 200 MiB free: refused before any write.
     let cfg = EngineConfig {
-        min_free: Some(200 << 20),
+        min_free: Some(refreshd::units::ByteSize(200 << 20)),
         ..EngineConfig::default()
     };
     let r = refresh_with(&p, cfg);
@@ -183,7 +183,7 @@ fn privileged_btrfs_space_watermark() {
 
     // The guard off: the same refresh writes below the watermark.
     let cfg = EngineConfig {
-        min_free: Some(200 << 20),
+        min_free: Some(refreshd::units::ByteSize(200 << 20)),
         unsafe_switches: UnsafeSwitches {
             no_space_check: true,
             ..Default::default()

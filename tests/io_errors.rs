@@ -366,7 +366,7 @@ fn punch_mid_refresh(kind: &'static str, relocate: bool, switches: UnsafeSwitche
         fs.sync();
         let holder = relocate.then(|| File::open(&f).unwrap());
         let cfg = EngineConfig {
-            rate: Some(8 << 20),
+            rate: Some(refreshd::units::Rate(8 << 20)),
             relocate_chunk: 2 << 20,
             unsafe_switches: switches,
             ..EngineConfig::default()

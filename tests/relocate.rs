@@ -436,7 +436,7 @@ fn privileged_relocation_stops_at_the_free_space_watermark() {
         // is moved although free space is below the watermark.
         let cfg = EngineConfig {
             strategy: Strategy::Relocate,
-            min_free: Some(32 << 20),
+            min_free: Some(refreshd::units::ByteSize(32 << 20)),
             relocate_chunk: 16 << 20,
             unsafe_switches: UnsafeSwitches {
                 no_space_check: true,

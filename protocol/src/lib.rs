@@ -25,5 +25,5 @@ pub mod sample;
 pub mod show;
 pub mod units;
 
-pub use request::{parse_request, Request, Verb, MAX_LINE, VERSION};
+pub use request::{parse_request, Request, Verb, DEFAULT_SOCKET, MAX_LINE, VERSION};
 pub use response::Response;

@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 pub const VERSION: u32 = 1;
+/// Where the daemon listens unless `control_socket` says otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/refreshd/control.sock";
 /// Longest request line the daemon reads.
 pub const MAX_LINE: usize = 64 * 1024;
 

@@ -146,6 +146,26 @@ pub fn format_size(bytes: u64) -> String {
     }
 }
 
+impl ByteSize {
+    /// The exact size, in the largest binary unit that divides it and
+    /// without a space, as a config file writes it: "256MiB", "4096".
+    pub fn exact(&self) -> String {
+        for (unit, len) in [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+            if self.0 >= len && self.0 % len == 0 {
+                return format!("{}{unit}", self.0 / len);
+            }
+        }
+        self.0.to_string()
+    }
+}
+
+impl Rate {
+    /// The exact rate as a config file writes it: "50MiB/s".
+    pub fn exact(&self) -> String {
+        format!("{}/s", ByteSize(self.0).exact())
+    }
+}
+
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&format_size(self.0))

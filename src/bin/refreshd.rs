@@ -5,10 +5,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use refreshd::config::{IoPriority, YieldMode};
+use refreshd::config::{IoPriority, Settings, YieldMode};
+use refreshd::engine::types::DEFAULT_RELOCATE_CHUNK;
 use refreshd::engine::{BackendChoice, PaceSettings, DEFAULT_CHUNK, DEFAULT_DEPTH};
 use refreshd::oneshot::{self, RefreshOptions, Strategy};
 use refreshd::units::{ByteSize, HumanDuration, Rate};
+
+/// The command line's defaults are the config's (one table).
+static DEFAULTS: std::sync::LazyLock<Settings> = std::sync::LazyLock::new(Settings::default);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -65,19 +69,19 @@ struct SurveyArgs {
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
     /// Data older than this is stale.
-    #[arg(long, value_name = "DURATION", default_value = "30d")]
+    #[arg(long, value_name = "DURATION", default_value_t = HumanDuration(DEFAULTS.stale_after))]
     stale_after: HumanDuration,
     /// Read budget per drive.
-    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    #[arg(long, value_name = "SIZE", default_value_t = DEFAULTS.sample_bytes)]
     sample_bytes: ByteSize,
     /// Stale-data read floor.
-    #[arg(long, value_name = "BYTES/s", default_value = "100MiB/s")]
+    #[arg(long, value_name = "BYTES/s", default_value_t = DEFAULTS.min_throughput)]
     min_throughput: Rate,
     /// Stale/fresh throughput ratio floor.
-    #[arg(long, value_name = "RATIO", default_value_t = 0.5)]
+    #[arg(long, value_name = "RATIO", default_value_t = DEFAULTS.min_ratio)]
     min_ratio: f64,
     /// Free space that must remain after writing the canary.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB")]
+    #[arg(long, value_name = "SIZE", default_value_t = DEFAULTS.min_free)]
     min_free: ByteSize,
     /// Seed for choosing what to read (same seed, same choices).
     #[arg(long, default_value_t = 1)]
@@ -95,7 +99,7 @@ struct RefreshArgs {
     /// auto: in place under an exclusive lease, kernel relocation for files
     /// other processes have open; inplace: in place only (files in use are
     /// skipped); relocate: relocation only.
-    #[arg(long, value_enum, default_value_t = Strategy::Auto)]
+    #[arg(long, value_enum, default_value_t = DEFAULTS.strategy)]
     strategy: Strategy,
     /// Check and plan every file, write nothing.
     #[arg(long)]
@@ -126,7 +130,7 @@ struct RefreshArgs {
     #[arg(long)]
     no_progress: bool,
     /// Largest unit the kernel relocates at once (the free space it needs).
-    #[arg(long, value_name = "SIZE", default_value = "64MiB")]
+    #[arg(long, value_name = "SIZE", default_value_t = ByteSize(DEFAULT_RELOCATE_CHUNK))]
     relocate_chunk: ByteSize,
     /// Where the crash-recovery journal lives (default: the daemon's
     /// /var/lib/refreshd when it is writable; without one, a killed run
@@ -136,15 +140,33 @@ struct RefreshArgs {
     /// auto: while other processes use the drive, one small request at a
     /// time at the --yield-floor rate, back to --rate when the drive is
     /// quiet; off: always --rate and --queue-depth.
-    #[arg(long = "yield", value_enum, default_value_t = YieldMode::Auto)]
+    #[arg(long = "yield", value_enum, default_value_t = DEFAULTS.yield_mode)]
     yield_mode: YieldMode,
     /// The rate never drops below this while yielding.
-    #[arg(long, value_name = "BYTES/s", default_value = "4MiB/s")]
+    #[arg(long, value_name = "BYTES/s", default_value_t = DEFAULTS.yield_floor)]
     yield_floor: Rate,
     /// idle: reads in the idle I/O class and writes at best-effort 7, per
     /// request; inherit: the process's own priority (ionice).
-    #[arg(long, value_enum, default_value_t = IoPriority::Idle)]
+    #[arg(long, value_enum, default_value_t = DEFAULTS.io_priority)]
     io_priority: IoPriority,
+}
+
+/// Every problem of the file and of its trees on this machine, in one
+/// pass; exit 1 if there is any.
+fn check_config(path: &std::path::Path) -> i32 {
+    let (cfg, mut problems) = refreshd::config::load_partial(path);
+    if let Some(c) = &cfg {
+        let syntax_or_keys = problems.len();
+        problems.extend(refreshd::daemon::placement::check(c));
+        problems[syntax_or_keys..].sort_by_key(|q| q.at);
+    }
+    for p in &problems {
+        eprintln!("{p}");
+    }
+    match cfg {
+        Some(c) if problems.is_empty() => check_config_ok(path, &c),
+        _ => 1,
+    }
 }
 
 /// What `check-config` says of a good config.
@@ -204,27 +226,11 @@ fn main() -> ExitCode {
                 1
             }
         },
-        Command::CheckConfig { config } => match refreshd::config::load(&config) {
-            Ok(c) => {
-                let problems = refreshd::config::trees::check(&c);
-                for p in &problems {
-                    eprintln!("{p}");
-                }
-                if problems.is_empty() {
-                    check_config_ok(&config, &c)
-                } else {
-                    1
-                }
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                1
-            }
-        },
+        Command::CheckConfig { config } => check_config(&config),
         Command::Refresh(a) => {
             let opts = RefreshOptions {
                 paths: a.paths,
-                rate: a.rate.map(|r| r.0),
+                rate: a.rate,
                 strategy: a.strategy,
                 dry_run: a.dry_run,
                 json: a.json,
@@ -233,14 +239,14 @@ fn main() -> ExitCode {
                 depth: a.queue_depth,
                 backend: a.io_backend,
                 include_shared: a.include_shared,
-                min_free: a.min_free.map(|s| s.0),
+                min_free: a.min_free,
                 progress: !a.no_progress,
                 relocate_chunk: a.relocate_chunk.0,
                 state_dir: a.state_dir,
                 pace: PaceSettings {
                     mode: a.yield_mode,
                     priority: a.io_priority,
-                    floor: a.yield_floor.0,
+                    floor: a.yield_floor,
                 },
             };
             let cancel = oneshot::install_cancel_handler();
@@ -265,12 +271,12 @@ fn survey(a: SurveyArgs) -> i32 {
     let opts = survey::SurveyOptions {
         paths: a.paths,
         stale_after: a.stale_after.0,
-        sample_bytes: a.sample_bytes.0,
+        sample_bytes: a.sample_bytes,
         thresholds: refreshd::policy::Thresholds {
-            min_throughput: a.min_throughput.0,
+            min_throughput: a.min_throughput,
             min_ratio: a.min_ratio,
         },
-        min_free: a.min_free.0,
+        min_free: a.min_free,
         seed: a.seed,
     };
     let reports = match survey::run(&opts) {

@@ -16,7 +16,7 @@ use crate::protocol::replies::{
 use crate::protocol::{Request, Response, Verb, VERSION};
 use crate::units::format_size;
 
-pub const DEFAULT_SOCKET: &str = "/run/refreshd/control.sock";
+pub use crate::protocol::DEFAULT_SOCKET;
 
 /// Why a command did not work.
 #[derive(Debug, thiserror::Error)]

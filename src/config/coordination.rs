@@ -6,69 +6,63 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
 use toml::de::DeTable;
 
-use super::{set, Parser};
-use crate::units::HumanDuration;
+use super::parser::{Parser, Position, Value};
+use super::readers;
+use super::table::table;
+use super::url::HttpUrl;
 
-/// The validated `[coordination]` section.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Coordination {
-    /// `http://host:port` of etcd members, or all `https://` with `ca_file`.
-    pub etcd_endpoints: Vec<String>,
-    /// Drives (on any host) that hold copies of the same data.
-    pub group: String,
-    /// At most this many drives of the group refresh at once.
-    pub max_concurrent: usize,
-    /// A dead host's slot frees itself after this (whole seconds, ≥ 3 s).
-    pub lease_ttl: Duration,
-    /// Key prefix in etcd (`<prefix>/<group>/queue/…`).
-    pub prefix: String,
-    /// This daemon's name in the group (default: the host name).
-    pub name: String,
-    /// etcd authentication: the user, and a file holding the password.
-    pub user: Option<String>,
-    pub password_file: Option<PathBuf>,
-    /// TLS to etcd: the CA that signed the members' certificates, and this
-    /// host's client certificate and key (for `--client-cert-auth`).
-    pub ca_file: Option<PathBuf>,
-    pub cert_file: Option<PathBuf>,
-    pub key_file: Option<PathBuf>,
-    /// Checked before a slot is taken and between files: argv of a
-    /// command that exits 0 when the cluster can spare a copy.
-    pub health_command: Option<Vec<String>>,
-    /// Or a URL (`http://` only) that answers 2xx when it can.
-    pub health_url: Option<String>,
-    /// How long the health check may take (then it failed).
-    pub health_timeout: Duration,
-    /// Line and column of the section, and of `etcd_endpoints` (messages).
-    #[serde(skip)]
-    pub at: (usize, usize),
-    #[serde(skip)]
-    pub endpoints_at: (usize, usize),
-}
-
-impl Default for Coordination {
-    fn default() -> Coordination {
-        Coordination {
-            etcd_endpoints: vec![],
-            group: String::new(),
-            max_concurrent: 1,
-            lease_ttl: Duration::from_secs(15),
-            prefix: "/refreshd".into(),
-            name: host_name(),
-            user: None,
-            password_file: None,
-            ca_file: None,
-            cert_file: None,
-            key_file: None,
-            health_command: None,
-            health_url: None,
-            health_timeout: Duration::from_secs(10),
-            at: (1, 1),
-            endpoints_at: (1, 1),
-        }
+table! {
+    /// The validated `[coordination]` section.
+    pub struct Coordination in "coordination" {
+        /// `http://host:port` of etcd members, or all `https://` with
+        /// `ca_file`. Required.
+        etcd_endpoints: Vec<String> = vec![], key "etcd_endpoints", read readers::value,
+            shown "required";
+        /// The drives (on any host) that hold copies of the same data: the
+        /// default group of this host's trees. Required.
+        group: String = String::new(), key "group", read readers::name, shown "required";
+        /// At most this many drives of the group refresh at once; every
+        /// member of a group must say the same.
+        max_concurrent: usize = 1, key "max_concurrent", read max_concurrent;
+        /// A dead host's slot frees itself after this (whole seconds, at
+        /// least 3s).
+        lease_ttl: Duration = Duration::from_secs(15), key "lease_ttl", read lease_ttl;
+        /// Key prefix in etcd (`<prefix>/<group>/queue/…`).
+        prefix: String = "/refreshd".into(), key "prefix", read prefix;
+        /// This daemon's name in status and in etcd.
+        name: String = host_name(), key "name", read readers::name, shown "the host name";
+        /// etcd authentication: the user (with `password_file`).
+        user: Option<String> = None, key "user", read |p, k, v| p.value(k, v).map(Some);
+        /// A file holding the etcd user's password.
+        password_file: Option<PathBuf> = None, key "password_file",
+            read |p, k, v| readers::abs_path(p, k, v).map(Some);
+        /// TLS to etcd: the CA that signed the members' certificates.
+        ca_file: Option<PathBuf> = None, key "ca_file",
+            read |p, k, v| readers::abs_path(p, k, v).map(Some);
+        /// This host's client certificate (etcd's `--client-cert-auth`).
+        cert_file: Option<PathBuf> = None, key "cert_file",
+            read |p, k, v| readers::abs_path(p, k, v).map(Some);
+        /// The client certificate's key.
+        key_file: Option<PathBuf> = None, key "key_file",
+            read |p, k, v| readers::abs_path(p, k, v).map(Some);
+        /// Asked before a slot is taken and between files: argv of a
+        /// command that exits 0 when the cluster can spare a copy (a "no"
+        /// holds the refresh and it is asked again 10 s later).
+        health_command: Option<Vec<String>> = None, key "health_command", read health_command;
+        /// Or a URL (`http://` only) that answers 2xx when it can.
+        health_url: Option<HttpUrl> = None, key "health_url", read health_url;
+        /// How long the health check may take (then it said no).
+        health_timeout: Duration = Duration::from_secs(10), key "health_timeout",
+            read readers::interval;
+    }
+    extra {
+        /// Line and column of the section, and of `etcd_endpoints`.
+        #[serde(skip)]
+        at: Position = (1, 1);
+        #[serde(skip)]
+        endpoints_at: Position = (1, 1);
     }
 }
 
@@ -81,29 +75,53 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-pub(super) const KEYS: &[&str] = &[
-    "etcd_endpoints",
-    "group",
-    "max_concurrent",
-    "lease_ttl",
-    "prefix",
-    "name",
-    "user",
-    "password_file",
-    "ca_file",
-    "cert_file",
-    "key_file",
-    "health_command",
-    "health_url",
-    "health_timeout",
-];
+fn max_concurrent(p: &mut Parser<'_>, key: &str, v: &Value<'_>) -> Option<usize> {
+    let n = p.value::<i64>(key, v)?;
+    match usize::try_from(n) {
+        Ok(n) if n >= 1 => Some(n),
+        _ => {
+            p.problem(v.span(), format!("`max_concurrent` must be at least 1, not {n} (to stop refreshing, pause the daemons)"));
+            None
+        }
+    }
+}
 
-/// A name usable in an etcd key: letters, digits, `.`, `_`, `-`.
-fn key_safe(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+fn lease_ttl(p: &mut Parser<'_>, key: &str, v: &Value<'_>) -> Option<Duration> {
+    let d = readers::duration(p, key, v)?;
+    if d < Duration::from_secs(3) || d.subsec_nanos() != 0 {
+        p.problem(v.span(), "`lease_ttl` must be whole seconds, at least 3s".into());
+        return None;
+    }
+    Some(d)
+}
+
+fn prefix(p: &mut Parser<'_>, key: &str, v: &Value<'_>) -> Option<String> {
+    let s: String = p.value(key, v)?;
+    if s.starts_with('/') && !s.ends_with('/') && !s.contains("//") {
+        return Some(s);
+    }
+    p.problem(v.span(), format!("`prefix`: {s:?} must start with '/' and not end with it, like \"/refreshd\""));
+    None
+}
+
+fn health_command(p: &mut Parser<'_>, key: &str, v: &Value<'_>) -> Option<Option<Vec<String>>> {
+    let argv: Vec<String> = p.value(key, v)?;
+    if argv.first().is_some_and(|a| a.starts_with('/')) {
+        return Some(Some(argv));
+    }
+    p.problem(v.span(), "`health_command` must be an argv list starting with an absolute path, like [\"/usr/bin/curl\", \"-fsS\", \"http://…\"]".into());
+    None
+}
+
+fn health_url(p: &mut Parser<'_>, key: &str, v: &Value<'_>) -> Option<Option<HttpUrl>> {
+    let u: String = p.value(key, v)?;
+    match HttpUrl::parse(&u) {
+        Ok(url) => Some(Some(url)),
+        Err(why) => {
+            p.problem(v.span(), format!("`health_url`: {why}"));
+            None
+        }
+    }
 }
 
 /// Why `e` is not an etcd endpoint URL, or `None`.
@@ -135,176 +153,85 @@ fn endpoint_problem(e: &str, tls: bool) -> Option<String> {
     }
 }
 
-impl Parser<'_> {
-    /// A `[[paths]]` entry's own `group` (the drives holding copies of
-    /// its data, when not `[coordination]`'s).
-    pub(super) fn path_group(
-        &mut self,
-        v: &super::Value<'_>,
-        has_coordination: bool,
-    ) -> Option<String> {
-        let g: String = self.value("group", v)?;
-        if !has_coordination {
-            self.problem(
-                v.span(),
-                "`group` in [[paths]] needs a [coordination] section (etcd endpoints)".into(),
-            );
-            return None;
-        }
-        if !key_safe(&g) {
-            self.problem(
-                v.span(),
-                format!("`group`: {g:?} must be 1 to 128 letters, digits, '.', '_' or '-'"),
-            );
-            return None;
-        }
-        Some(g)
+/// A `[[paths]]` entry's own `group` (the drives holding copies of its
+/// data, when not `[coordination]`'s).
+pub(super) fn path_group(p: &mut Parser<'_>, v: &Value<'_>, has_coordination: bool) -> Option<String> {
+    let g = readers::name(p, "group", v)?;
+    if !has_coordination {
+        p.problem(
+            v.span(),
+            "`group` in [[paths]] needs a [coordination] section (etcd endpoints)".into(),
+        );
+        return None;
     }
+    Some(g)
+}
 
-    /// Parses `[coordination]` (the value `v` of the key).
-    pub(super) fn coordination(&mut self, v: &super::Value<'_>) -> Option<Coordination> {
-        let Some(t) = v.get_ref().as_table() else {
-            self.problem(v.span(), "`coordination` must be a table".into());
-            return None;
-        };
-        if !cfg!(feature = "fleet") {
-            self.problem(
-                v.span(),
-                "[coordination] needs a refreshd built with the `fleet` feature (this one was built without it: `cargo build --features fleet`)".into(),
-            );
-            return None;
-        }
-        let before = self.problems.len();
-        let mut c = Coordination {
-            at: self.line_col(v.span().start),
-            ..Coordination::default()
-        };
-        self.coordination_keys(t, &mut c);
-        self.coordination_required(t, v, &c);
-        (self.problems.len() == before).then_some(c)
+/// Parses `[coordination]` (the value `v` of the key).
+pub(super) fn section(p: &mut Parser<'_>, v: &Value<'_>) -> Option<Coordination> {
+    let Some(t) = v.get_ref().as_table() else {
+        p.problem(v.span(), "`coordination` must be a table".into());
+        return None;
+    };
+    if !cfg!(feature = "fleet") {
+        p.problem(
+            v.span(),
+            "[coordination] needs a refreshd built with the `fleet` feature (this one was built without it: `cargo build --features fleet`)".into(),
+        );
+        return None;
     }
-
-    fn coordination_keys(&mut self, t: &DeTable<'_>, c: &mut Coordination) {
-        let tls = t.iter().any(|(k, _)| k.get_ref().as_ref() == "ca_file");
-        for (k, v) in t.iter() {
-            let key = k.get_ref().as_ref();
-            match key {
-                "etcd_endpoints" => {
-                    c.endpoints_at = self.line_col(v.span().start);
-                    if let Some(list) = self.value::<Vec<String>>(key, v) {
-                        if list.is_empty() {
-                            self.problem(v.span(), "`etcd_endpoints` is empty: name at least one etcd member, like \"http://10.0.0.5:2379\"".into());
-                        }
-                        for e in &list {
-                            if let Some(why) = endpoint_problem(e, tls) {
-                                self.problem(v.span(), format!("`etcd_endpoints`: {why}"));
-                            }
-                        }
-                        c.etcd_endpoints = list;
-                    }
-                }
-                "group" | "name" => {
-                    if let Some(s) = self.value::<String>(key, v) {
-                        if key_safe(&s) {
-                            if key == "group" {
-                                c.group = s;
-                            } else {
-                                c.name = s;
-                            }
-                        } else {
-                            self.problem(v.span(), format!("`{key}`: {s:?} must be 1 to 128 letters, digits, '.', '_' or '-'"));
-                        }
-                    }
-                }
-                "max_concurrent" => {
-                    if let Some(n) = self.value::<i64>(key, v) {
-                        match usize::try_from(n) {
-                            Ok(n) if n >= 1 => c.max_concurrent = n,
-                            _ => self.problem(v.span(), format!("`max_concurrent` must be at least 1, not {n} (to stop refreshing, pause the daemons)")),
-                        }
-                    }
-                }
-                "lease_ttl" => {
-                    if let Some(d) = self.value::<HumanDuration>(key, v) {
-                        if d.0 < Duration::from_secs(3) || d.0.subsec_nanos() != 0 {
-                            self.problem(
-                                v.span(),
-                                "`lease_ttl` must be whole seconds, at least 3s".into(),
-                            );
-                        } else {
-                            c.lease_ttl = d.0;
-                        }
-                    }
-                }
-                "prefix" => {
-                    if let Some(s) = self.value::<String>(key, v) {
-                        if s.starts_with('/') && !s.ends_with('/') && !s.contains("//") {
-                            c.prefix = s;
-                        } else {
-                            self.problem(v.span(), format!("`prefix`: {s:?} must start with '/' and not end with it, like \"/refreshd\""));
-                        }
-                    }
-                }
-                "user" => c.user = self.value(key, v),
-                "password_file" => c.password_file = self.abs_path(key, v),
-                "ca_file" => c.ca_file = self.abs_path(key, v),
-                "cert_file" => c.cert_file = self.abs_path(key, v),
-                "key_file" => c.key_file = self.abs_path(key, v),
-                "health_command" => {
-                    if let Some(argv) = self.value::<Vec<String>>(key, v) {
-                        if argv.first().is_some_and(|a| a.starts_with('/')) {
-                            c.health_command = Some(argv);
-                        } else {
-                            self.problem(v.span(), "`health_command` must be an argv list starting with an absolute path, like [\"/usr/bin/curl\", \"-fsS\", \"http://…\"]".into());
-                        }
-                    }
-                }
-                "health_url" => {
-                    if let Some(u) = self.value::<String>(key, v) {
-                        match crate::coordination::gate::HttpUrl::parse(&u) {
-                            Ok(_) => c.health_url = Some(u),
-                            Err(why) => self.problem(v.span(), format!("`health_url`: {why}")),
-                        }
-                    }
-                }
-                "health_timeout" => set(&mut c.health_timeout, self.positive_duration(key, v)),
-                _ => self.unknown(k, " in [coordination]", KEYS),
-            }
+    let before = p.problems.len();
+    let mut c = Coordination {
+        at: p.line_col(v.span().start),
+        ..Coordination::default()
+    };
+    for (k, val) in t.iter() {
+        let key = k.get_ref().as_ref();
+        if key == "etcd_endpoints" {
+            c.endpoints_at = p.line_col(val.span().start);
+        }
+        if !c.read(p, key, val) {
+            p.unknown(k, " in [coordination]", Coordination::KEYS);
         }
     }
+    endpoints(p, &c);
+    required(p, t, v, &c);
+    (p.problems.len() == before).then_some(c)
+}
 
-    /// What must be there, and what goes together.
-    fn coordination_required(&mut self, t: &DeTable<'_>, v: &super::Value<'_>, c: &Coordination) {
-        let has = |k: &str| t.iter().any(|(key, _)| key.get_ref().as_ref() == k);
-        for key in ["etcd_endpoints", "group"] {
-            if !has(key) {
-                self.problem(v.span(), format!("[coordination] needs `{key}`"));
-            }
+/// Each endpoint is a URL of the scheme `ca_file` calls for.
+fn endpoints(p: &mut Parser<'_>, c: &Coordination) {
+    if c.etcd_endpoints.is_empty() {
+        return;
+    }
+    let tls = c.ca_file.is_some();
+    for e in &c.etcd_endpoints {
+        if let Some(why) = endpoint_problem(e, tls) {
+            p.problem_at(c.endpoints_at, format!("`etcd_endpoints`: {why}"));
         }
-        if c.user.is_some() != c.password_file.is_some() {
-            self.problem(
-                v.span(),
-                "[coordination]: `user` and `password_file` go together".into(),
-            );
+    }
+}
+
+/// What must be there, and what goes together.
+fn required(p: &mut Parser<'_>, t: &DeTable<'_>, v: &Value<'_>, c: &Coordination) {
+    let has = |k: &str| t.iter().any(|(key, _)| key.get_ref().as_ref() == k);
+    for key in ["etcd_endpoints", "group"] {
+        if !has(key) {
+            p.problem(v.span(), format!("[coordination] needs `{key}`"));
         }
-        if c.cert_file.is_some() != c.key_file.is_some() {
-            self.problem(
-                v.span(),
-                "[coordination]: `cert_file` and `key_file` go together".into(),
-            );
-        }
-        if c.cert_file.is_some() && c.ca_file.is_none() {
-            self.problem(
-                v.span(),
-                "[coordination]: a client certificate needs `ca_file` (TLS)".into(),
-            );
-        }
-        if c.health_command.is_some() && c.health_url.is_some() {
-            self.problem(
-                v.span(),
-                "[coordination]: one health gate: `health_command` or `health_url`, not both"
-                    .into(),
-            );
+    }
+    if has("etcd_endpoints") && c.etcd_endpoints.is_empty() {
+        p.problem_at(c.endpoints_at, "`etcd_endpoints` is empty: name at least one etcd member, like \"http://10.0.0.5:2379\"".into());
+    }
+    let pairs = [
+        (c.user.is_some() != c.password_file.is_some(), "`user` and `password_file` go together"),
+        (c.cert_file.is_some() != c.key_file.is_some(), "`cert_file` and `key_file` go together"),
+        (c.cert_file.is_some() && c.ca_file.is_none(), "a client certificate needs `ca_file` (TLS)"),
+        (c.health_command.is_some() && c.health_url.is_some(), "one health gate: `health_command` or `health_url`, not both"),
+    ];
+    for (wrong, what) in pairs {
+        if wrong {
+            p.problem(v.span(), format!("[coordination]: {what}"));
         }
     }
 }

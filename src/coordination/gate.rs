@@ -10,46 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::config::coordination::Coordination;
-
-/// An `http://host[:port]/path` URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpUrl {
-    pub host: String,
-    pub port: u16,
-    pub path: String,
-}
-
-impl HttpUrl {
-    pub fn parse(url: &str) -> Result<HttpUrl, String> {
-        let Some(rest) = url.strip_prefix("http://") else {
-            return Err(format!(
-                "{url:?} must start with http:// (for https, use `health_command` with curl)"
-            ));
-        };
-        let (hostport, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        let (host, port) = match hostport.rsplit_once(':') {
-            Some((h, p)) => (
-                h,
-                p.parse::<u16>()
-                    .map_err(|_| format!("{url:?}: {p:?} is not a port"))?,
-            ),
-            None => (hostport, 80),
-        };
-        if host.is_empty() || path.contains([' ', '\r', '\n']) {
-            return Err(format!(
-                "{url:?} is not a URL like \"http://127.0.0.1:9200/_cluster/health\""
-            ));
-        }
-        Ok(HttpUrl {
-            host: host.to_string(),
-            port,
-            path: path.to_string(),
-        })
-    }
-}
+use crate::config::url::HttpUrl;
 
 /// Asks the configured gate; `Ok` when there is none or it says yes,
 /// `Err(why)` when it says no.
@@ -126,8 +87,8 @@ fn tail(s: &str) -> &str {
     &s[start..]
 }
 
-fn http(url: &str, timeout: Duration) -> Result<(), String> {
-    let u = HttpUrl::parse(url)?;
+fn http(u: &HttpUrl, timeout: Duration) -> Result<(), String> {
+    let url = u;
     let deadline = Instant::now() + timeout;
     let addr = (u.host.as_str(), u.port)
         .to_socket_addrs()
@@ -250,7 +211,7 @@ mod tests {
                 }
             });
             Coordination {
-                health_url: Some(format!("http://127.0.0.1:{port}/_cluster/health")),
+                health_url: HttpUrl::parse(&format!("http://127.0.0.1:{port}/_cluster/health")).ok(),
                 health_timeout: Duration::from_secs(2),
                 ..Coordination::default()
             }
@@ -262,7 +223,10 @@ mod tests {
             "{no:?}"
         );
         // Port 1 on loopback: nothing listens there.
-        let refused = http("http://127.0.0.1:1/", Duration::from_secs(1));
+        let refused = http(
+            &HttpUrl::parse("http://127.0.0.1:1/").unwrap(),
+            Duration::from_secs(1),
+        );
         assert!(refused.is_err());
         assert!(HttpUrl::parse("https://x/").is_err());
         assert_eq!(

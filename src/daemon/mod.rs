@@ -8,6 +8,7 @@ pub mod control;
 pub mod fleet_metrics;
 pub mod http;
 pub mod metrics;
+pub mod placement;
 pub mod round;
 pub mod shared;
 pub mod slot;

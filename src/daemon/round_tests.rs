@@ -13,6 +13,7 @@ use crate::config::{Config, Settings, YieldMode};
 use crate::coordination::Fleet;
 use crate::daemon::{DriveCell, Shared};
 use crate::inventory::{FileRecord, Store};
+use crate::units::{ByteSize, Rate};
 
 const SIZE: usize = 8 << 20;
 
@@ -57,9 +58,9 @@ fn round_past_the_proof(dir: &Path) -> (super::RoundResult, u64, FileRecord, Vec
     let until = Instant::now() + Duration::from_millis(400);
     let ticket = fleet.held_ticket("test0", cell.cancel.clone(), until);
     let s = Settings {
-        rate: 4 << 20,
+        rate: Rate(4 << 20),
         yield_mode: YieldMode::Off,
-        min_free: 0,
+        min_free: ByteSize(0),
         ..Settings::default()
     };
     let r = super::run(&shared, &cell, &store, &s, true, None, Some(&ticket));
@@ -137,7 +138,7 @@ fn a_closed_window_stops_the_round_between_files() {
     let s = Settings {
         window: window.parse().unwrap_or_else(|e| panic!("{e}")),
         yield_mode: YieldMode::Off,
-        min_free: 0,
+        min_free: ByteSize(0),
         ..Settings::default()
     };
     let r = super::run(&shared, &cell, &store, &s, true, None, None);

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::units::ByteSize;
 use crate::drive::Drive;
 use crate::policy::{Health, Plan};
 
@@ -193,7 +194,8 @@ impl DailyBudget {
 
     /// Bytes that may still be refreshed at `now` under `daily` (`None`:
     /// unlimited).
-    pub fn left(&self, now: i64, daily: Option<u64>) -> Option<u64> {
+    pub fn left(&self, now: i64, daily: Option<ByteSize>) -> Option<u64> {
+        let daily = daily.map(|b| b.0);
         let spent = if Self::day_of(now) == self.day {
             self.spent
         } else {
@@ -352,13 +354,13 @@ mod tests {
     fn the_daily_budget_is_spent_within_a_day_and_renewed_the_next() {
         let mut b = DailyBudget::default();
         let day = 20_000 * 86_400; // some midnight, UTC
-        assert_eq!(b.left(day + 10, Some(100)), Some(100));
+        assert_eq!(b.left(day + 10, Some(ByteSize(100))), Some(100));
         b.spend(day + 10, 60);
         b.spend(day + 3600, 40);
-        assert_eq!(b.left(day + 86_399, Some(100)), Some(0), "spent today");
-        assert_eq!(b.left(day + 86_400, Some(100)), Some(100), "a new day");
+        assert_eq!(b.left(day + 86_399, Some(ByteSize(100))), Some(0), "spent today");
+        assert_eq!(b.left(day + 86_400, Some(ByteSize(100))), Some(100), "a new day");
         b.spend(day + 86_400 + 5, 30);
-        assert_eq!(b.left(day + 86_400 + 6, Some(100)), Some(70));
+        assert_eq!(b.left(day + 86_400 + 6, Some(ByteSize(100))), Some(70));
         assert_eq!(b.left(day, None), None, "no budget: unlimited");
     }
 

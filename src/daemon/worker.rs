@@ -516,7 +516,7 @@ fn sample(
             let id = drive_identity(cell);
             let fallbacks = policy::Fallbacks {
                 baseline_bps: store.baseline(&id).ok().flatten().map(|(b, _)| b),
-                expected_bps: s.expected_throughput.map(|e| e as f64),
+                expected_bps: s.expected_throughput.map(|e| e.0 as f64),
             };
             let j = policy::judge_sample(&sample, th, fallbacks);
             // A slow drive's canary is not what fresh data reads at on it.

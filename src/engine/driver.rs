@@ -62,8 +62,8 @@ impl IoThread {
             PaceConfig {
                 mode: cfg.pace.mode,
                 priority: cfg.pace.priority,
-                rate: cfg.rate,
-                floor: cfg.pace.floor,
+                rate: cfg.rate.map(|r| r.0),
+                floor: cfg.pace.floor.0,
                 depth: cfg.depth,
             },
             own.clone(),
@@ -72,7 +72,7 @@ impl IoThread {
         Ok((
             IoThread {
                 ring: Ring::new(b, own.clone()),
-                throttle: Throttle::paced(cfg.rate, cfg.chunk, pacer),
+                throttle: Throttle::paced(cfg.rate.map(|r| r.0), cfg.chunk, pacer),
                 choice: cfg.backend,
                 buffers,
                 chunk,

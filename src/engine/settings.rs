@@ -10,12 +10,13 @@ use crate::engine::types::{
     DEFAULT_RELOCATE_CHUNK,
 };
 use crate::io::backend::BackendChoice;
+use crate::units::{ByteSize, Rate};
 
 /// How an engine refreshes files.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Bytes per second, or unthrottled.
-    pub rate: Option<u64>,
+    pub rate: Option<Rate>,
     /// Largest chunk (a power of two ≥ 4096).
     pub chunk: u64,
     /// Chunks in flight.
@@ -29,7 +30,7 @@ pub struct EngineConfig {
     pub rewrite_shared: bool,
     /// Keep at least this much free space on copy-on-write filesystems
     /// (default: 5 % of the filesystem).
-    pub min_free: Option<u64>,
+    pub min_free: Option<ByteSize>,
     /// Set to stop after in-flight I/O (Ctrl-C, shutdown).
     pub cancel: Arc<AtomicBool>,
     /// In place, relocation, or in place with relocation for files in use.
@@ -54,7 +55,7 @@ pub struct PaceSettings {
     pub mode: YieldMode,
     pub priority: IoPriority,
     /// The rate never drops below this while yielding.
-    pub floor: u64,
+    pub floor: Rate,
 }
 
 impl Default for PaceSettings {
@@ -62,7 +63,7 @@ impl Default for PaceSettings {
         PaceSettings {
             mode: YieldMode::Auto,
             priority: IoPriority::Idle,
-            floor: DEFAULT_FLOOR,
+            floor: Rate(DEFAULT_FLOOR),
         }
     }
 }

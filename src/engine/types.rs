@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::Rate;
+
 /// Default chunk: large enough for full device bandwidth, small enough to
 /// stop quickly on a lease break.
 pub const DEFAULT_CHUNK: u64 = 1 << 20;
@@ -12,6 +14,8 @@ pub const DEFAULT_DEPTH: usize = 8;
 
 /// Default largest relocation unit.
 pub const DEFAULT_RELOCATE_CHUNK: u64 = 64 << 20;
+/// Default rate of the daemon's refreshes, per drive.
+pub const DEFAULT_RATE: Rate = Rate(50 << 20);
 /// Default floor: the refresh never goes slower than this while it yields.
 pub const DEFAULT_FLOOR: u64 = 4 << 20;
 

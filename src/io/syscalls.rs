@@ -29,6 +29,29 @@ impl FsKind {
         }
     }
 
+    /// A name for a filesystem refreshd does not rewrite, for messages
+    /// (`statfs(2)`'s magic numbers of the common ones).
+    pub fn other_name(magic: i64) -> Option<&'static str> {
+        Some(match magic {
+            0x0102_1994 => "tmpfs",
+            0x8584_58f6 => "ramfs",
+            0x6969 => "nfs",
+            0x794c_7630 => "overlayfs",
+            0x2fc1_2fc1 => "zfs",
+            0xf2f5_2010 => "f2fs",
+            0x4d44 => "vfat",
+            0x2011_bab0 => "exfat",
+            0x6573_5546 => "fuse",
+            0x7371_7368 => "squashfs",
+            0x9fa0 => "proc",
+            0x6265_6572 => "sysfs",
+            0xff53_4d42 => "cifs",
+            0xfe53_4d42 => "smb2",
+            0x00c3_6400 => "ceph",
+            _ => return None,
+        })
+    }
+
     /// Copy-on-write filesystems need free space for every rewritten chunk.
     pub fn is_cow(self) -> bool {
         matches!(self, FsKind::Btrfs)

@@ -3,7 +3,7 @@ use proptest::prelude::*;
 use super::*;
 
 const TH: Thresholds = Thresholds {
-    min_throughput: 100_000_000,
+    min_throughput: Rate(100_000_000),
     min_ratio: 0.5,
 };
 
@@ -255,7 +255,7 @@ mod references {
     use crate::policy::{judge_sample, Fallbacks, Reference};
 
     const RATIO: Thresholds = Thresholds {
-        min_throughput: 1 << 20,
+        min_throughput: Rate(1 << 20),
         min_ratio: 0.5,
     };
 
@@ -331,7 +331,7 @@ mod slow_drives {
             expected_bps: None,
         };
         let floor_low = Thresholds {
-            min_throughput: 1 << 20,
+            min_throughput: Rate(1 << 20),
             min_ratio: 0.5,
         };
         let j = judge_sample(&sample(140e6, Some(150e6), None), floor_low, fb);

@@ -34,6 +34,7 @@ use rand::{Rng, SeedableRng};
 use rustix::fs::{Mode, OFlags};
 
 use crate::io::backend::{open_backend, Op};
+use crate::units::ByteSize;
 use crate::io::buffers::BufferPool;
 use crate::io::fileio::Ring;
 use crate::io::syscalls::{
@@ -57,12 +58,12 @@ const SMALL: usize = 4096;
 /// How to sample.
 #[derive(Debug, Clone)]
 pub struct SampleOptions {
-    pub budget: u64,
+    pub budget: ByteSize,
     pub stale_after: Duration,
     /// Where the canary goes (a directory on the drive's filesystem).
     pub canary_dir: Option<PathBuf>,
     /// Space that must stay free on the filesystem after the canary.
-    pub min_free: u64,
+    pub min_free: ByteSize,
     pub seed: u64,
     pub now: i64,
 }
@@ -415,9 +416,10 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
     let mut rng = SmallRng::seed_from_u64(opts.seed);
     let mut reader = Reader::new()?;
     // The canary takes a quarter of the budget (4–32 MiB) when it fits.
-    let canary_len = (opts.budget / 4 / REGION * REGION).clamp(REGION, 32 << 20);
-    let canary = match (&opts.canary_dir, opts.budget >= 2 * canary_len) {
-        (Some(dir), true) => write_canary(dir, canary_len, opts.min_free, &mut rng),
+    let budget = opts.budget.0;
+    let canary_len = (budget / 4 / REGION * REGION).clamp(REGION, 32 << 20);
+    let canary = match (&opts.canary_dir, budget >= 2 * canary_len) {
+        (Some(dir), true) => write_canary(dir, canary_len, opts.min_free.0, &mut rng),
         (Some(_), false) => Err("the sample budget is too small for a fresh reference".into()),
         (None, _) => Err("no directory for a canary".into()),
     };
@@ -425,7 +427,7 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
     let used = groups.iter().filter(|g| g.alloc > 0).count() as u64;
     // It may have shrunk to what the filesystem can spare.
     let canary_len = canary.as_ref().map_or(canary_len, |c| c.total);
-    let left = opts.budget - if canary.is_ok() { canary_len } else { 0 };
+    let left = budget - if canary.is_ok() { canary_len } else { 0 };
     let per_bucket = left.checked_div(used).unwrap_or(0);
     let mut buckets = vec![];
     let mut stale_acc = Acc::default();

@@ -151,7 +151,7 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
     let watermark = if (o.fs.is_cow() || cfg.rewrite_shared) && !sw.no_space_check {
         Some(
             cfg.min_free
-                .unwrap_or_else(|| fs_bytes(fd).unwrap_or(0) / 20),
+                .map_or_else(|| fs_bytes(fd).unwrap_or(0) / 20, |b| b.0),
         )
     } else {
         None

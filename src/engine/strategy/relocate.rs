@@ -430,9 +430,10 @@ fn relocate_units(mut r: Relocator<'_, '_>, units: &[Chunk], job: &mut FileJob<'
     let o = job.opened;
     let cfg = job.cfg;
     let orig = r.orig;
-    let watermark = cfg.min_free.unwrap_or_else(|| {
-        rustix::fs::fstatvfs(orig).map_or(0, |s| s.f_blocks.saturating_mul(s.f_frsize) / 20)
-    });
+    let watermark = cfg.min_free.map_or_else(
+        || rustix::fs::fstatvfs(orig).map_or(0, |s| s.f_blocks.saturating_mul(s.f_frsize) / 20),
+        |b| b.0,
+    );
     let mut watch = CancelWatch(&cfg.cancel);
     let mut outcome = None;
     let mut changed: Vec<(u64, u64)> = vec![];
