@@ -11,8 +11,8 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::engine::{BackendChoice, Engine, EngineConfig, FileReport, Outcome};
 use crate::engine::safety::journal::{self, Journal, RecoveryOutcome};
+use crate::engine::{BackendChoice, Engine, EngineConfig, FileReport, Outcome};
 use crate::units::format_size;
 use crate::walk;
 

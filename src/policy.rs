@@ -29,8 +29,8 @@ pub use refreshd_protocol::health::{HealthState, Judgement, Reference};
 pub use refreshd_protocol::plan::{Plan, PlanEntry};
 
 use crate::inventory::FileRecord;
-use crate::units::Rate;
 use crate::sampler::DriveSample;
+use crate::units::Rate;
 
 /// The two floors.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -30,7 +30,6 @@ const LAYERS: &[&[&str]] = &[
     &["client"],
     &["daemon"],
     &["coordination"],
-    &["protocol"],
     &["oneshot", "survey"],
     &["config"],
     &["policy", "diagnose"],
@@ -40,7 +39,7 @@ const LAYERS: &[&[&str]] = &[
     &["engine"],
     &["drive"],
     &["io"],
-    &["clock", "units", "pathtext"],
+    &["clock"],
 ];
 
 /// One module: the file that holds it and what it re-exports.
@@ -63,15 +62,32 @@ struct Crate {
 
 fn has_cfg_test(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| match &a.meta {
-        // `cfg(test)`, `cfg(all(test, …))`; `cfg(not(test))` is kept.
         syn::Meta::List(l) if l.path.is_ident("cfg") => {
-            let text = l.tokens.to_string();
-            text.split(|c: char| !c.is_alphanumeric() && c != '_')
-                .any(|w| w == "test")
-                && !text.contains("not")
+            l.parse_args::<syn::Meta>().is_ok_and(|m| implies_test(&m))
         }
         _ => false,
     })
+}
+
+/// Whether a `cfg` predicate holds only in test builds: `test`,
+/// `all(…, test, …)`, `any(…)` whose every branch does.
+fn implies_test(m: &syn::Meta) -> bool {
+    let nested = |l: &syn::MetaList| {
+        l.parse_args_with(
+            syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated,
+        )
+        .map(|p| p.into_iter().collect::<Vec<_>>())
+        .unwrap_or_default()
+    };
+    match m {
+        syn::Meta::Path(p) => p.is_ident("test"),
+        syn::Meta::List(l) if l.path.is_ident("all") => nested(l).iter().any(implies_test),
+        syn::Meta::List(l) if l.path.is_ident("any") => {
+            let n = nested(l);
+            !n.is_empty() && n.iter().all(implies_test)
+        }
+        _ => false,
+    }
 }
 
 fn path_attr(attrs: &[syn::Attribute]) -> Option<String> {
@@ -95,8 +111,8 @@ fn read_crate(root: &Path) -> Crate {
 }
 
 fn read_module(krate: &mut Crate, path: ModPath, file: &Path, owns_dir: bool) {
-    let text = std::fs::read_to_string(file)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+    let text =
+        std::fs::read_to_string(file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
     let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     // A module's children live beside `mod.rs`/`lib.rs`, else in a folder
     // named after the file.
@@ -298,7 +314,9 @@ fn expr_attrs(e: &syn::Expr) -> Option<&[syn::Attribute]> {
 }
 
 fn is_ident(s: &str) -> bool {
-    s.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+    s.chars()
+        .next()
+        .is_some_and(|c| c.is_alphabetic() || c == '_')
         && s.chars().all(|c| c.is_alphanumeric() || c == '_')
 }
 
@@ -347,11 +365,16 @@ impl Workspace {
                     if other == krate {
                         return None;
                     }
-                    return self.resolve(other, &Vec::new(), &{
-                        let mut p = vec!["crate".to_string()];
-                        p.extend(segs[1..].iter().cloned());
-                        p
-                    }, depth + 1);
+                    return self.resolve(
+                        other,
+                        &Vec::new(),
+                        &{
+                            let mut p = vec!["crate".to_string()];
+                            p.extend(segs[1..].iter().cloned());
+                            p
+                        },
+                        depth + 1,
+                    );
                 } else {
                     return None;
                 }
@@ -458,7 +481,12 @@ fn circles(ws: &Workspace, krate: &str) -> Vec<String> {
             show(b),
             names.iter().cloned().collect::<Vec<_>>().join(", ")
         );
-        levels.entry(level).or_default().entry((ca, cb)).or_default().push(why);
+        levels
+            .entry(level)
+            .or_default()
+            .entry((ca, cb))
+            .or_default()
+            .push(why);
     }
     let mut found = Vec::new();
     for (level, level_edges) in &levels {
@@ -584,7 +612,11 @@ fn top_level_modules_import_only_lower_layers() {
                 ));
             }
             _ => {
-                unranked.insert(if rank(ta).is_none() { ta.clone() } else { tb.clone() });
+                unranked.insert(if rank(ta).is_none() {
+                    ta.clone()
+                } else {
+                    tb.clone()
+                });
             }
         }
     }
@@ -612,12 +644,14 @@ fn the_checker_finds_a_planted_circle() {
     };
     write("lib.rs", "mod a;\nmod b;\nmod facade;\n");
     write("a.rs", "use crate::facade::Thing;\npub struct A;\n");
-    write(
-        "facade/mod.rs",
-        "mod inner;\npub use inner::Thing;\n",
-    );
+    write("facade/mod.rs", "mod inner;\npub use inner::Thing;\n");
     write("facade/inner.rs", "pub struct Thing;\n");
-    write("b.rs", "pub fn f() -> crate::a::A { crate::a::A }\n");
+    write(
+        "b.rs",
+        "pub fn f() -> crate::a::A { crate::a::A }\n\
+         #[cfg(all(test, not(feature = \"x\")))]\n\
+         mod t { fn g() -> crate::facade::Thing { todo!() } }\n",
+    );
     let mut crates = BTreeMap::new();
     crates.insert("x".to_string(), read_crate(&src.join("lib.rs")));
     let ws = Workspace { crates };
@@ -629,7 +663,10 @@ fn the_checker_finds_a_planted_circle() {
     assert!(facade_edge, "the re-export was not followed to its owner");
 
     write("facade/inner.rs", "pub struct Thing(pub crate::b::B);\n");
-    write("b.rs", "pub struct B;\nfn g() { let _ = std::mem::size_of::<crate::a::A>(); }\n");
+    write(
+        "b.rs",
+        "pub struct B;\nfn g() { let _ = std::mem::size_of::<crate::a::A>(); }\n",
+    );
     let mut crates = BTreeMap::new();
     crates.insert("x".to_string(), read_crate(&src.join("lib.rs")));
     let ws = Workspace { crates };

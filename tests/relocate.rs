@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use crate::helpers::*;
 use refreshd::config::Strategy;
-use refreshd::io::syscalls::{self, FIEMAP_EXTENT_SHARED, FIEMAP_EXTENT_UNWRITTEN};
 use refreshd::engine::{Engine, EngineConfig, Target, UnsafeSwitches};
+use refreshd::io::syscalls::{self, FIEMAP_EXTENT_SHARED, FIEMAP_EXTENT_UNWRITTEN};
 use testbed::{Drive, DriveOptions};
 
 const FS: [&str; 3] = ["ext4j", "xfs", "btrfs"];

@@ -46,9 +46,9 @@ fn until_written(p: &Path, was: (i64, i64)) {
 
 /// The one record under `state` says another process changed the file.
 fn record_says_changed(state: &Path) -> bool {
-    journal_records(state)
-        .iter()
-        .any(|r| refreshd::engine::safety::journal::read_record(r).is_ok_and(|e| e.changed_by_another))
+    journal_records(state).iter().any(|r| {
+        refreshd::engine::safety::journal::read_record(r).is_ok_and(|e| e.changed_by_another)
+    })
 }
 
 #[test]

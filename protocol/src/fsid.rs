@@ -103,7 +103,14 @@ mod tests {
 
     #[test]
     fn device_numbers_split_and_join_as_glibc_does() {
-        for (ma, mi) in [(7, 3), (259, 1), (0, 43), (4095, 255), (4096, 256), (1 << 20, 1 << 30)] {
+        for (ma, mi) in [
+            (7, 3),
+            (259, 1),
+            (0, 43),
+            (4095, 255),
+            (4096, 256),
+            (1 << 20, 1 << 30),
+        ] {
             let dev = makedev(ma, mi);
             assert_eq!((major(dev), minor(dev)), (ma, mi));
             assert_eq!(dev, libc_makedev(ma, mi));

@@ -11,9 +11,7 @@ fn row(out: &mut String, label: &str, files: &str, bytes: &str, m: &Measurement)
         .median_bps()
         .map_or("-".into(), |b| format!("{:.1}", b / 1e6));
     let l = m.latency_ms;
-    let ms = |f: fn(&Percentiles) -> f64| {
-        l.as_ref().map_or("-".into(), |p| format!("{:.2}", f(p)))
-    };
+    let ms = |f: fn(&Percentiles) -> f64| l.as_ref().map_or("-".into(), |p| format!("{:.2}", f(p)));
     let _ = writeln!(
         out,
         "  {label:<18} {files:>7} {bytes:>11} {mbps:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",

@@ -150,7 +150,12 @@ impl ByteSize {
     /// The exact size, in the largest binary unit that divides it and
     /// without a space, as a config file writes it: "256MiB", "4096".
     pub fn exact(&self) -> String {
-        for (unit, len) in [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        for (unit, len) in [
+            ("TiB", 1u64 << 40),
+            ("GiB", 1 << 30),
+            ("MiB", 1 << 20),
+            ("KiB", 1 << 10),
+        ] {
             if self.0 >= len && self.0 % len == 0 {
                 return format!("{}{unit}", self.0 / len);
             }

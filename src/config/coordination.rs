@@ -89,7 +89,10 @@ fn max_concurrent(p: &mut Parser<'_>, key: &str, v: &Value<'_>) -> Option<usize>
 fn lease_ttl(p: &mut Parser<'_>, key: &str, v: &Value<'_>) -> Option<Duration> {
     let d = readers::duration(p, key, v)?;
     if d < Duration::from_secs(3) || d.subsec_nanos() != 0 {
-        p.problem(v.span(), "`lease_ttl` must be whole seconds, at least 3s".into());
+        p.problem(
+            v.span(),
+            "`lease_ttl` must be whole seconds, at least 3s".into(),
+        );
         return None;
     }
     Some(d)
@@ -100,7 +103,10 @@ fn prefix(p: &mut Parser<'_>, key: &str, v: &Value<'_>) -> Option<String> {
     if s.starts_with('/') && !s.ends_with('/') && !s.contains("//") {
         return Some(s);
     }
-    p.problem(v.span(), format!("`prefix`: {s:?} must start with '/' and not end with it, like \"/refreshd\""));
+    p.problem(
+        v.span(),
+        format!("`prefix`: {s:?} must start with '/' and not end with it, like \"/refreshd\""),
+    );
     None
 }
 
@@ -155,7 +161,11 @@ fn endpoint_problem(e: &str, tls: bool) -> Option<String> {
 
 /// A `[[paths]]` entry's own `group` (the drives holding copies of its
 /// data, when not `[coordination]`'s).
-pub(super) fn path_group(p: &mut Parser<'_>, v: &Value<'_>, has_coordination: bool) -> Option<String> {
+pub(super) fn path_group(
+    p: &mut Parser<'_>,
+    v: &Value<'_>,
+    has_coordination: bool,
+) -> Option<String> {
     let g = readers::name(p, "group", v)?;
     if !has_coordination {
         p.problem(
@@ -224,10 +234,22 @@ fn required(p: &mut Parser<'_>, t: &DeTable<'_>, v: &Value<'_>, c: &Coordination
         p.problem_at(c.endpoints_at, "`etcd_endpoints` is empty: name at least one etcd member, like \"http://10.0.0.5:2379\"".into());
     }
     let pairs = [
-        (c.user.is_some() != c.password_file.is_some(), "`user` and `password_file` go together"),
-        (c.cert_file.is_some() != c.key_file.is_some(), "`cert_file` and `key_file` go together"),
-        (c.cert_file.is_some() && c.ca_file.is_none(), "a client certificate needs `ca_file` (TLS)"),
-        (c.health_command.is_some() && c.health_url.is_some(), "one health gate: `health_command` or `health_url`, not both"),
+        (
+            c.user.is_some() != c.password_file.is_some(),
+            "`user` and `password_file` go together",
+        ),
+        (
+            c.cert_file.is_some() != c.key_file.is_some(),
+            "`cert_file` and `key_file` go together",
+        ),
+        (
+            c.cert_file.is_some() && c.ca_file.is_none(),
+            "a client certificate needs `ca_file` (TLS)",
+        ),
+        (
+            c.health_command.is_some() && c.health_url.is_some(),
+            "one health gate: `health_command` or `health_url`, not both",
+        ),
     ];
     for (wrong, what) in pairs {
         if wrong {

@@ -158,7 +158,13 @@ fn read_config(p: &mut Parser<'_>, root: &DeTable<'_>) -> Config {
     // Defaults first: path entries override them.
     if let Some(v) = find(root, "defaults") {
         match v.get_ref().as_table() {
-            Some(t) => read_settings(p, t, &mut cfg.defaults, " in [defaults]", &mut BTreeMap::new()),
+            Some(t) => read_settings(
+                p,
+                t,
+                &mut cfg.defaults,
+                " in [defaults]",
+                &mut BTreeMap::new(),
+            ),
             None => p.problem(v.span(), "`defaults` must be a table".into()),
         }
     }
@@ -211,12 +217,18 @@ fn read_settings(
 
 fn read_paths(p: &mut Parser<'_>, v: &Value<'_>, cfg: &mut Config, has_coordination: bool) {
     let Some(entries) = v.get_ref().as_array() else {
-        p.problem(v.span(), "`paths` must be an array of tables: [[paths]]".into());
+        p.problem(
+            v.span(),
+            "`paths` must be an array of tables: [[paths]]".into(),
+        );
         return;
     };
     for entry in entries.iter() {
         let Some(t) = entry.get_ref().as_table() else {
-            p.problem(entry.span(), "each `paths` entry must be a table with `path`".into());
+            p.problem(
+                entry.span(),
+                "each `paths` entry must be a table with `path`".into(),
+            );
             continue;
         };
         if let Some(tree) = read_tree(p, t, entry, &cfg.defaults, has_coordination) {

@@ -83,7 +83,10 @@ impl<'a> Parser<'a> {
         }
         let before = &self.text[..at];
         let line = before.matches('\n').count() + 1;
-        let col = before[before.rfind('\n').map_or(0, |n| n + 1)..].chars().count() + 1;
+        let col = before[before.rfind('\n').map_or(0, |n| n + 1)..]
+            .chars()
+            .count()
+            + 1;
         (line, col)
     }
 

@@ -68,7 +68,9 @@ fn syntax_errors_have_positions() {
 #[test]
 fn paths_are_required_absolute_and_disjoint() {
     assert!(problems("")[0].contains("no [[paths]]"));
-    let p = problems("[[paths]]\npath = \"/srv\"\n[[paths]]\npath = \"/srv/a\"\n[[paths]]\npath = \"/x/../y\"\n");
+    let p = problems(
+        "[[paths]]\npath = \"/srv\"\n[[paths]]\npath = \"/srv/a\"\n[[paths]]\npath = \"/x/../y\"\n",
+    );
     assert_eq!(p.len(), 2, "{p:?}");
     assert!(p[0].contains("overlaps /srv"));
     assert!(p[1].contains("`..`"));
@@ -113,7 +115,11 @@ fn shipped_example_parses_to_the_defaults() {
         if has_default {
             assert!(text.contains(&line), "the example lacks `{line}`");
         } else {
-            assert!(text.contains(&format!("{} =", e.key)), "{} undocumented", e.key);
+            assert!(
+                text.contains(&format!("{} =", e.key)),
+                "{} undocumented",
+                e.key
+            );
         }
     }
     for section in ["[defaults]", "[[paths]]", "[coordination]", "group ="] {

@@ -211,7 +211,8 @@ mod tests {
                 }
             });
             Coordination {
-                health_url: HttpUrl::parse(&format!("http://127.0.0.1:{port}/_cluster/health")).ok(),
+                health_url: HttpUrl::parse(&format!("http://127.0.0.1:{port}/_cluster/health"))
+                    .ok(),
                 health_timeout: Duration::from_secs(2),
                 ..Coordination::default()
             }

@@ -14,7 +14,7 @@ use etcd_client::{
     TxnOp, TxnOpResponse,
 };
 
-use super::{rank, Fleet, QueueEntry};
+use super::fleet::{rank, record_put, Fleet, QueueEntry, TicketShared};
 use crate::config::coordination::Coordination;
 
 /// Starts the session task on `rt`; the fleet's state says how it goes.
@@ -359,7 +359,7 @@ impl Session {
         until: Instant,
     ) -> Result<(), String> {
         let prefix = format!("{}/{group}/queue/", fleet.cfg.prefix);
-        let unqueued: Vec<Arc<super::TicketShared>> = fleet
+        let unqueued: Vec<Arc<TicketShared>> = fleet
             .lock()
             .tickets
             .values()
@@ -380,7 +380,7 @@ impl Session {
                 self.client.put(key.clone(), value, Some(opts)),
             )
             .await?;
-            super::record_put(fleet, &t, key);
+            record_put(fleet, &t, key);
         }
         let opts = GetOptions::new()
             .with_prefix()

@@ -9,7 +9,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::Shared;
+use crate::coordination::Fleet;
+use crate::protocol::replies::SlotReply;
 
 /// A drive and its fleet group ("" without coordination).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -18,11 +19,19 @@ pub struct DevGroup {
     pub group: String,
 }
 
+/// A drive, its fleet group ("" without coordination) and its slot.
+#[derive(Debug, Clone)]
+pub struct DriveSlot {
+    pub device: String,
+    pub group: String,
+    pub slot: Option<SlotReply>,
+}
+
 impl DevGroup {
-    fn of(c: &super::DriveCell) -> DevGroup {
+    fn of(d: &DriveSlot) -> DevGroup {
         DevGroup {
-            device: c.label.clone(),
-            group: c.group.clone().unwrap_or_default(),
+            device: d.device.clone(),
+            group: d.group.clone(),
         }
     }
 }
@@ -81,15 +90,15 @@ impl FleetMetrics {
     }
 
     /// Creates every series (at 0) for the drives.
-    pub fn init(&self, shared: &Shared) {
-        self.configured.set(i64::from(shared.fleet.is_some()));
+    pub fn init(&self, configured: bool, drives: &[DriveSlot]) {
+        self.configured.set(i64::from(configured));
         for k in ERROR_KINDS {
             self.errors
                 .get_or_create(&Kind { kind: k.into() })
                 .inc_by(0);
         }
-        for c in &shared.drives {
-            let dev = DevGroup::of(c);
+        for d in drives {
+            let dev = DevGroup::of(d);
             self.slot_held.get_or_create(&dev).set(0);
             self.slot_waiting.get_or_create(&dev).set(0);
             self.wait_seconds.get_or_create(&dev).set(0.0);
@@ -97,8 +106,8 @@ impl FleetMetrics {
     }
 
     /// Brings the series up to the fleet's state (at a scrape).
-    pub fn update(&self, shared: &Shared) {
-        let Some(fleet) = &shared.fleet else {
+    pub fn update(&self, fleet: Option<&Fleet>, drives: &[DriveSlot]) {
+        let Some(fleet) = fleet else {
             return;
         };
         self.up.set(i64::from(fleet.connected_now()));
@@ -112,9 +121,9 @@ impl FleetMetrics {
             c.inner()
                 .store(n.load(Ordering::Relaxed), Ordering::Relaxed);
         }
-        for c in &shared.drives {
-            let dev = DevGroup::of(c);
-            let slot = c.slot_reply();
+        for d in drives {
+            let dev = DevGroup::of(d);
+            let slot = d.slot.clone();
             let held = slot.as_ref().is_some_and(|s| s.state == "held");
             let waiting = slot.as_ref().is_some_and(|s| s.state != "held");
             self.slot_held.get_or_create(&dev).set(i64::from(held));

@@ -11,7 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use super::Shared;
+/// Renders the metrics (OpenMetrics text) at each scrape.
+pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Scrapes served at once.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -20,7 +21,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest request head read.
 const MAX_HEAD: usize = 8192;
 
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+pub async fn serve(listener: TcpListener, render: Render) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         match listener.accept().await {
@@ -29,7 +30,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                     drop(stream); // over the cap: closed at once
                     continue;
                 };
-                let s = shared.clone();
+                let s = render.clone();
                 tokio::spawn(async move {
                     let _ = tokio::time::timeout(REQUEST_TIMEOUT * 2, one(stream, &s)).await;
                     drop(permit);
@@ -85,7 +86,7 @@ pub fn text_format(openmetrics: &str) -> String {
 }
 
 /// Reads one request head and answers it.
-async fn one(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+async fn one(mut stream: TcpStream, render: &Render) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     let got = tokio::time::timeout(REQUEST_TIMEOUT, async {
@@ -116,12 +117,12 @@ async fn one(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         ("GET" | "HEAD", "/metrics") if openmetrics => (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            super::metrics_text(shared),
+            render(),
         ),
         ("GET" | "HEAD", "/metrics") => (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
-            text_format(&super::metrics_text(shared)),
+            text_format(&render()),
         ),
         ("GET" | "HEAD", _) => ("404 Not Found", "text/plain", "see /metrics\n".into()),
         _ => (

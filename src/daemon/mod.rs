@@ -135,7 +135,10 @@ pub fn run(cfg: Config, stop: Stop) -> Result<()> {
         .metrics
         .unwatched_trees
         .set(i64::try_from(shared.unwatched.len()).unwrap_or(i64::MAX));
-    shared.metrics.fleet.init(&shared);
+    shared
+        .metrics
+        .fleet
+        .init(shared.fleet.is_some(), &slots(&shared));
     rt.block_on(serve(shared, cfg, stop))
 }
 
@@ -175,7 +178,11 @@ async fn serve(shared: Arc<Shared>, cfg: Config, stop: Stop) -> Result<()> {
         let l = tokio::net::TcpListener::bind(&cfg.metrics_listen)
             .await
             .with_context(|| format!("metrics_listen {}", cfg.metrics_listen))?;
-        Some(tokio::spawn(http::serve(l, shared.clone())))
+        let s = shared.clone();
+        Some(tokio::spawn(http::serve(
+            l,
+            Arc::new(move || metrics_text(&s)),
+        )))
     };
     let control_task = tokio::spawn(control::serve(listener, shared.clone()));
     let mut threads = vec![];
@@ -260,9 +267,25 @@ fn metrics_text(shared: &Shared) -> String {
     for c in &shared.drives {
         shared.metrics.set_pace(&c.label, &c.pace);
     }
-    shared.metrics.fleet.update(shared);
+    shared
+        .metrics
+        .fleet
+        .update(shared.fleet.as_deref(), &slots(shared));
     shared.metrics.sync_refusals();
     shared.metrics.encode()
+}
+
+/// Each drive's fleet group and slot, for the fleet's series.
+fn slots(shared: &Shared) -> Vec<fleet_metrics::DriveSlot> {
+    shared
+        .drives
+        .iter()
+        .map(|c| fleet_metrics::DriveSlot {
+            device: c.label.clone(),
+            group: c.group.clone().unwrap_or_default(),
+            slot: c.slot_reply(),
+        })
+        .collect()
 }
 
 /// SIGHUP: a new config replaces the old one only if it is valid.

@@ -57,7 +57,11 @@ pub fn place(cfg: &Config) -> (Vec<Placed>, Vec<Unplaced>) {
                 continue;
             }
         };
-        let label = drives.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join("+");
+        let label = drives
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>()
+            .join("+");
         let group = tree.group.clone().or_else(|| default_group.clone());
         let Some((drive, first)) = placed.get_mut(&label) else {
             let p = Placed {
@@ -112,7 +116,11 @@ fn clash(
             )
         })
         .collect();
-    let at = tree.set_at.get(key).or_else(|| first.set_at.get(key)).copied();
+    let at = tree
+        .set_at
+        .get(key)
+        .or_else(|| first.set_at.get(key))
+        .copied();
     Some((
         at.unwrap_or(tree.at),
         format!(
@@ -179,7 +187,10 @@ pub fn state_dir_problem(dir: &Path) -> Option<String> {
     if !rustix::process::geteuid().is_root() {
         return None;
     }
-    match rustix::fs::access(at, rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK) {
+    match rustix::fs::access(
+        at,
+        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+    ) {
         Ok(()) => None,
         Err(e) => Some(format!(
             "state_dir {shown}: cannot create or write in {}: {e}",

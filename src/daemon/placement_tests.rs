@@ -48,7 +48,10 @@ fn each_problem_is_named_at_its_line_and_column() {
 fn an_unsupported_filesystem_is_named() {
     // /proc is never ext4, xfs or btrfs.
     let m = tree_problem(Path::new("/proc")).unwrap();
-    assert!(m.contains("does not rewrite") && m.contains("on proc"), "{m}");
+    assert!(
+        m.contains("does not rewrite") && m.contains("on proc"),
+        "{m}"
+    );
     assert!(tree_problem(Path::new("/proc/self/cwd"))
         .unwrap()
         .contains("symlink"));
@@ -89,7 +92,11 @@ fn trees_on_one_drive_must_agree_on_their_settings() {
     let (placed, unplaced) = place(&cfg);
     assert_eq!(placed.len(), 1);
     let roots: Vec<&Path> = placed[0].roots.iter().map(|r| r.as_path()).collect();
-    assert_eq!(roots, [d.join("a").as_path(), d.join("c").as_path()], "c agrees with a");
+    assert_eq!(
+        roots,
+        [d.join("a").as_path(), d.join("c").as_path()],
+        "c agrees with a"
+    );
     assert_eq!(placed[0].settings.rate, crate::units::Rate(10 << 20));
     assert_eq!(unplaced.len(), 1);
     assert_eq!(unplaced[0].path, d.join("b"));
@@ -105,5 +112,8 @@ fn trees_on_one_drive_must_agree_on_their_settings() {
 #[test]
 fn a_filesystem_refreshd_does_not_rewrite_is_named() {
     let m = tree_problem(Path::new("/sys")).unwrap();
-    assert!(m.contains("on sysfs, which refreshd does not rewrite"), "{m}");
+    assert!(
+        m.contains("on sysfs, which refreshd does not rewrite"),
+        "{m}"
+    );
 }

@@ -44,21 +44,9 @@ pub struct RoundResult {
     pub summary: RoundSummary,
 }
 
+use file::slot_proven;
 #[cfg(test)]
-thread_local! {
-    /// Test switch: go on refreshing after the fleet slot can no longer be
-    /// proven (what the guard below prevents).
-    static IGNORE_LOST_SLOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether the round may go on under `ticket` (no fleet: always).
-fn slot_proven(ticket: Option<&Ticket>) -> bool {
-    #[cfg(test)]
-    if IGNORE_LOST_SLOT.with(std::cell::Cell::get) {
-        return true;
-    }
-    ticket.is_none_or(Ticket::holds)
-}
+use file::IGNORE_LOST_SLOT;
 
 /// How often a file another process interrupted is tried again in one
 /// round, and the pause before a retry when nothing else is left.
@@ -96,7 +84,7 @@ fn must_stop(
         result.slot_lost = true;
         return Some("the fleet slot was lost");
     }
-    if !s.window.contains(super::worker::local_minute()) {
+    if !s.window.contains(crate::clock::local_minute()) {
         tracing::info!("the maintenance window closed: the refresh stops here");
         result.left_window = true;
         return Some("the maintenance window closed");

@@ -126,7 +126,7 @@ fn a_closed_window_stops_the_round_between_files() {
     };
     let shared: Arc<Shared> = Shared::for_tests(cfg, vec![cell.clone()], &dir.join("journal"));
     // A one-minute window twelve hours away from now.
-    let now = super::super::worker::local_minute();
+    let now = crate::clock::local_minute();
     let start = (now + 720) % 1440;
     let window = format!(
         "{:02}:{:02}-{:02}:{:02}",

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::units::ByteSize;
 use crate::drive::Drive;
 use crate::policy::{Health, Plan};
+use crate::units::ByteSize;
 
 /// State shared by the workers, the control server and the metrics.
 #[derive(Debug)]
@@ -357,8 +357,16 @@ mod tests {
         assert_eq!(b.left(day + 10, Some(ByteSize(100))), Some(100));
         b.spend(day + 10, 60);
         b.spend(day + 3600, 40);
-        assert_eq!(b.left(day + 86_399, Some(ByteSize(100))), Some(0), "spent today");
-        assert_eq!(b.left(day + 86_400, Some(ByteSize(100))), Some(100), "a new day");
+        assert_eq!(
+            b.left(day + 86_399, Some(ByteSize(100))),
+            Some(0),
+            "spent today"
+        );
+        assert_eq!(
+            b.left(day + 86_400, Some(ByteSize(100))),
+            Some(100),
+            "a new day"
+        );
         b.spend(day + 86_400 + 5, 30);
         assert_eq!(b.left(day + 86_400 + 6, Some(ByteSize(100))), Some(70));
         assert_eq!(b.left(day, None), None, "no budget: unlimited");

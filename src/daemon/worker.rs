@@ -15,18 +15,6 @@ use crate::sampler::{self, SampleOptions};
 use super::shared::{DriveCell, RoundSummary, SampleRecord, Shared};
 use super::step::{next_step, Request, Step, View, CONFIRM};
 
-pub(super) fn local_minute() -> u16 {
-    // SAFETY: localtime_r with valid pointers; time(NULL) cannot fail.
-    unsafe {
-        let t = libc::time(std::ptr::null_mut());
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&t, &mut tm).is_null() {
-            return 0;
-        }
-        (tm.tm_hour * 60 + tm.tm_min) as u16
-    }
-}
-
 fn settings_for(shared: &Shared, cell: &DriveCell) -> Settings {
     let cfg = shared.config();
     cfg.paths
@@ -163,7 +151,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         if request.is_some_and(|r| r.force) && l.budget_until.is_none() {
             l.refresh_not_before = Instant::now().min(l.refresh_not_before);
         }
-        let in_window = s.window.contains(local_minute());
+        let in_window = s.window.contains(crate::clock::local_minute());
         let paused = cell.paused.load(Ordering::Relaxed);
         let budget_spent = l.budget_until.is_some_and(|t| Instant::now() < t);
         let forced = request.is_some_and(|r| r.force);

@@ -17,20 +17,20 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::config::Strategy;
+use crate::engine::pacing::pace::{DeviceCounters, PaceConfig, Pacer, SysBlock};
+use crate::engine::pacing::throttle::Throttle;
+use crate::engine::report::{FailKind, FileReport, Outcome, SkipReason};
 use crate::engine::safety::attrwatch::{AttrWatch, Watcher};
+use crate::engine::safety::guard::{self, Opened, Refusal, Target};
+use crate::engine::safety::journal::Record;
+use crate::engine::safety::lease::{self, LeaseClock};
+use crate::engine::settings::{EngineConfig, EngineError, Progress};
+use crate::engine::strategy::{inplace, relocate, Done, FileJob};
+use crate::io::account::OwnIo;
 use crate::io::backend::{self, BackendChoice, BackendKind};
 use crate::io::buffers::BufferPool;
 use crate::io::fileio::Ring;
-use crate::engine::safety::guard::{self, Opened, Refusal, Target};
-use crate::engine::safety::lease::{self, LeaseClock};
-use crate::engine::pacing::pace::{DeviceCounters, PaceConfig, Pacer, SysBlock};
-use crate::io::account::OwnIo;
-use crate::engine::report::{FailKind, FileReport, Outcome, SkipReason};
-use crate::engine::pacing::throttle::Throttle;
-use crate::engine::settings::{EngineConfig, EngineError, Progress};
-use crate::engine::strategy::{inplace, relocate, Done, FileJob};
-use crate::config::Strategy;
-use crate::engine::safety::journal::Record;
 
 /// The I/O thread's state: the ring with its buffers, and the throttle.
 #[derive(Debug)]
@@ -107,10 +107,11 @@ impl IoThread {
         progress: Option<&mut Progress>,
     ) -> FileReport {
         // Per file, on this thread: ioprio is per thread and may change.
-        self.own.set_write_ioprio(crate::engine::pacing::pace::write_ioprio(
-            cfg.pace.priority,
-            crate::io::syscalls::write_ioprio(),
-        ));
+        self.own
+            .set_write_ioprio(crate::engine::pacing::pace::write_ioprio(
+                cfg.pace.priority,
+                crate::io::syscalls::write_ioprio(),
+            ));
         // Opening and planning read metadata (inodes, extent trees) and the
         // end syncs it: our own I/O, not countable per request. The pacer
         // leaves those ticks out, so they are not taken for an application.

@@ -20,12 +20,12 @@ use xxhash_rust::xxh3::xxh3_64;
 
 pub use outcome::{ExecError, ExecParams, ExecResult};
 
-use crate::io::backend::Op;
-use crate::io::fileio::FileIo;
+use crate::engine::pacing::throttle::Throttle;
 use crate::engine::safety::lease::WriteWindow;
 use crate::engine::safety::plan::Chunk;
-use crate::engine::pacing::throttle::Throttle;
 use crate::engine::safety::watch::{StopReason, Watch, POLL};
+use crate::io::backend::Op;
+use crate::io::fileio::FileIo;
 
 #[derive(Debug, Clone, Copy)]
 enum Slot {

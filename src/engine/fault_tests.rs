@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use crate::io::backend::Op;
 use crate::engine::exec::{run_direct, ExecParams};
-use crate::io::fileio::{test_switch, Ring};
-use crate::engine::safety::plan::Chunk;
-use crate::engine::strategy::relocate::read_pieces;
-use crate::io::testdev::{Disk, MemDevice, Order};
 use crate::engine::pacing::throttle::Throttle;
+use crate::engine::safety::plan::Chunk;
 use crate::engine::safety::watch::{StopReason, Watch};
+use crate::engine::strategy::relocate::read_pieces;
+use crate::io::backend::Op;
+use crate::io::fileio::{test_switch, Ring};
+use crate::io::testdev::{Disk, MemDevice, Order};
 
 const LEN: u64 = 64 * 1024;
 const BUF: usize = 4096;
@@ -333,7 +333,10 @@ impl crate::io::backend::IoBackend for BreaksAt {
         // SAFETY: forwarded with the caller's guarantees.
         unsafe { self.dev.submit(req) }
     }
-    fn wait(&mut self, timeout: Duration) -> std::io::Result<Option<crate::io::backend::Completion>> {
+    fn wait(
+        &mut self,
+        timeout: Duration,
+    ) -> std::io::Result<Option<crate::io::backend::Completion>> {
         self.waits += 1;
         if self.at.is_some_and(|n| self.waits >= n) {
             return Err(std::io::Error::from_raw_os_error(libc::EFAULT));

@@ -103,4 +103,3 @@ pub enum EngineError {
 
 /// Progress callback: bytes just refreshed.
 pub type Progress = Box<dyn FnMut(u64) + Send>;
-

@@ -55,4 +55,3 @@ pub(crate) struct FileJob<'a, 'fd> {
     /// place (`None` for relocation, or when no watch could be made).
     pub attrs: &'a mut Option<AttrWatch<'fd>>,
 }
-

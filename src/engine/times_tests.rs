@@ -10,9 +10,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::engine::safety::journal::Journal;
 use crate::engine::test_hooks::{self, Point};
 use crate::engine::{Engine, EngineConfig, Outcome, Target, UnsafeSwitches};
-use crate::engine::safety::journal::Journal;
 
 const OLD: (i64, i64) = (1_500_000_000, 7);
 

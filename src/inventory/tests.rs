@@ -44,7 +44,11 @@ fn first_scan_records_every_regular_file_once() {
     let f = &store.files(root).expect("files")[0];
     let md = fs::metadata(root.join("a")).expect("stat");
     assert_eq!((f.dev, f.ino, f.size), (md.dev(), md.ino(), 10));
-    assert!(matches!(f.fs, crate::io::fsid::FsId::Uuid { .. }), "{:?}", f.fs);
+    assert!(
+        matches!(f.fs, crate::io::fsid::FsId::Uuid { .. }),
+        "{:?}",
+        f.fs
+    );
     assert_eq!(
         f.mtime,
         crate::clock::Timestamp::new(md.mtime(), md.mtime_nsec() as u32)

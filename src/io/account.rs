@@ -85,4 +85,3 @@ impl OwnIo {
         std::mem::take(&mut *self.done.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
-

@@ -26,9 +26,9 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::account::OwnIo;
 use super::backend::{Completion, IoBackend, Op, Request};
 use super::buffers::BufferPool;
-use super::account::OwnIo;
 
 /// How long a drain waits for the kernel before it gives the ring up.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(60);

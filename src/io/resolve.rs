@@ -124,7 +124,10 @@ pub fn method() -> Method {
 }
 
 fn say_refused(why: Errno) {
-    crate::io::refused::note(crate::io::refused::Call::Openat2, &std::io::Error::from(why));
+    crate::io::refused::note(
+        crate::io::refused::Call::Openat2,
+        &std::io::Error::from(why),
+    );
 }
 
 /// Opens `name` relative to `dir` under `rules`, never following a

@@ -11,8 +11,8 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use refreshd_protocol::sample::{bucket_of, BUCKET_EDGES, MONTH};
 use crate::inventory::FileRecord;
+use refreshd_protocol::sample::{bucket_of, BUCKET_EDGES, MONTH};
 
 /// Candidates kept per bucket (a round measures up to 64; some may have
 /// been replaced or hold no readable extent by then).

@@ -33,16 +33,16 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rustix::fs::{Mode, OFlags};
 
+use crate::engine::BackendChoice;
+use crate::inventory::FileRecord;
 use crate::io::backend::{open_backend, Op};
-use crate::units::ByteSize;
 use crate::io::buffers::BufferPool;
 use crate::io::fileio::Ring;
 use crate::io::syscalls::{
     self, FIEMAP_EXTENT_DATA_INLINE, FIEMAP_EXTENT_DELALLOC, FIEMAP_EXTENT_ENCODED,
     FIEMAP_EXTENT_NOT_ALIGNED, FIEMAP_EXTENT_UNKNOWN, FIEMAP_EXTENT_UNWRITTEN,
 };
-use crate::engine::BackendChoice;
-use crate::inventory::FileRecord;
+use crate::units::ByteSize;
 pub use buckets::Buckets;
 pub use refreshd_protocol::sample::{
     bucket_label, bucket_of, BucketSample, DriveSample, Measurement, Percentiles, BUCKET_EDGES,

@@ -7,10 +7,10 @@ use std::ops::Range;
 use std::time::Instant;
 
 use super::outcome::{ExecError, ExecResult};
-use crate::io::backend::Op;
-use crate::io::fileio::FileIo;
 use crate::engine::pacing::throttle::Throttle;
 use crate::engine::safety::watch::{StopReason, Watch};
+use crate::io::backend::Op;
+use crate::io::fileio::FileIo;
 
 /// Reads a range in halves until each failing piece is one alignment unit;
 /// readable pieces are written back, failing ones recorded and left alone.

@@ -79,4 +79,3 @@ pub struct ExecResult {
     pub exposed: Vec<Range<u64>>,
     pub error: Option<ExecError>,
 }
-

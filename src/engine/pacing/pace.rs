@@ -21,18 +21,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::types::{IoPriority, YieldMode};
 pub use crate::engine::types::DEFAULT_FLOOR;
+use crate::engine::types::{IoPriority, YieldMode};
 
 mod device;
 mod shared;
 #[cfg(test)]
 mod tests;
 
-pub use device::{DeviceCounters, SysBlock};
-pub use shared::{PaceStatus, Yielding};
 use crate::io::account::{OwnDone, OwnIo};
 use crate::io::syscalls::{IOPRIO_BE7, IOPRIO_IDLE};
+pub use device::{DeviceCounters, SysBlock};
+pub use shared::{PaceStatus, Yielding};
 
 /// How often the pacer looks at the drive.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -56,7 +56,6 @@ const ROOM: f64 = 1.3;
 /// Foreign writes in a window that count as the application writing
 /// (journal commits of the filesystem are a few).
 const WRITE_SLACK: u64 = 16;
-
 
 /// The priority writes carry. Writes under a lease must finish inside the
 /// lease-break time, so they never run in the idle class:

@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use rustix::fs::{statx, AtFlags, FileType, Mode, OFlags, StatxAttributes, StatxFlags, Timestamps};
 
-use crate::engine::report::SkipReason;
-use crate::io::syscalls::{self, FsKind};
 use crate::clock::Timestamp;
+use crate::engine::report::SkipReason;
 use crate::io::fsid::FsId;
+use crate::io::syscalls::{self, FsKind};
 
 /// A file to refresh: `rel` under the directory `dir`, resolved without
 /// following any symlink and without leaving `dir`'s filesystem.

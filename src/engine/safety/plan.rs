@@ -10,7 +10,6 @@ use std::io;
 use std::ops::Range;
 use std::os::fd::BorrowedFd;
 
-
 use crate::engine::report::Excluded;
 use crate::io::syscalls::{self, Extent};
 
@@ -105,8 +104,9 @@ pub fn still_plain_data(fd: BorrowedFd<'_>, range: Range<u64>) -> io::Result<boo
     if !covered {
         return Ok(false);
     }
-    let unplain =
-        syscalls::FIEMAP_EXTENT_UNWRITTEN | syscalls::FIEMAP_EXTENT_DELALLOC | syscalls::FIEMAP_EXTENT_UNKNOWN;
+    let unplain = syscalls::FIEMAP_EXTENT_UNWRITTEN
+        | syscalls::FIEMAP_EXTENT_DELALLOC
+        | syscalls::FIEMAP_EXTENT_UNKNOWN;
     Ok(!syscalls::fiemap(fd)?.iter().any(|e| {
         e.logical < range.end && range.start < e.logical + e.length && e.flags & unplain != 0
     }))
@@ -195,7 +195,8 @@ pub fn plan(params: &PlanParams, seek_data: &[Range<u64>], extents: &[Extent]) -
             let f = e.flags;
             if f & syscalls::FIEMAP_EXTENT_UNWRITTEN != 0 {
                 excluded.unwritten += len;
-            } else if f & (syscalls::FIEMAP_EXTENT_DELALLOC | syscalls::FIEMAP_EXTENT_UNKNOWN) != 0 {
+            } else if f & (syscalls::FIEMAP_EXTENT_DELALLOC | syscalls::FIEMAP_EXTENT_UNKNOWN) != 0
+            {
                 excluded.delalloc += len;
             } else if f
                 & (syscalls::FIEMAP_EXTENT_DATA_INLINE
@@ -385,7 +386,11 @@ mod tests {
     fn shared_extents_are_planned_when_asked() {
         let mut pp = params(8192, 4096, 1 << 20);
         pp.rewrite_shared = true;
-        let p = plan(&pp, &[0..8192], &[ext(0, 8192, syscalls::FIEMAP_EXTENT_SHARED)]);
+        let p = plan(
+            &pp,
+            &[0..8192],
+            &[ext(0, 8192, syscalls::FIEMAP_EXTENT_SHARED)],
+        );
         assert_eq!(p.bytes(), 8192);
     }
 

@@ -64,4 +64,3 @@ pub trait Watch {
     /// A write of ours is about to be submitted.
     fn writing(&mut self) {}
 }
-

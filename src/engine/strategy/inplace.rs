@@ -11,17 +11,17 @@ use std::time::Instant;
 
 use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 
-use crate::engine::safety::attrwatch::{AttrWatch, Seen};
-use crate::engine::strategy::{Done, FileJob};
 use crate::engine::exec::{self, ExecParams};
-use crate::io::fileio::FileIo;
+use crate::engine::pacing::throttle::Throttle;
+use crate::engine::report::{Outcome, Range, ReadError, SkipReason};
+use crate::engine::safety::attrwatch::{AttrWatch, Seen};
+use crate::engine::safety::journal::{self, Entry, Record};
 use crate::engine::safety::lease::LeaseClock;
 use crate::engine::safety::plan::{self, Chunk, PlanParams};
-use crate::engine::report::{Outcome, Range, ReadError, SkipReason};
-use crate::io::syscalls::{read_exact_at, write_all_at};
-use crate::engine::pacing::throttle::Throttle;
 use crate::engine::safety::watch::{StopReason, Watch};
-use crate::engine::safety::journal::{self, Entry, Record};
+use crate::engine::strategy::{Done, FileJob};
+use crate::io::fileio::FileIo;
+use crate::io::syscalls::{read_exact_at, write_all_at};
 
 /// The executor's watch on a real file: cancel, the lease, free space,
 /// and the times its own writes leave (for the recovery record).
@@ -125,7 +125,8 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
         let reason = format!("unusable direct-I/O alignment {align}");
         return Done::new(Outcome::failed(FailKind::Io, reason), false);
     }
-    let chunk = crate::engine::pacing::throttle::chunk_for_rate(cfg.chunk, job.throttle.rate(), align);
+    let chunk =
+        crate::engine::pacing::throttle::chunk_for_rate(cfg.chunk, job.throttle.rate(), align);
     let params = PlanParams {
         size: o.meta.size,
         align,

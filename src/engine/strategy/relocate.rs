@@ -38,13 +38,13 @@ mod methods;
 
 pub use crate::engine::types::DEFAULT_RELOCATE_CHUNK;
 
-use crate::io::backend::Op;
-use crate::engine::strategy::{Done, FileJob};
-use crate::io::fileio::FileIo;
-use crate::engine::safety::plan::{self, Chunk, PlanParams};
 use crate::engine::report::{Interruption, Outcome, ReadError, SkipReason};
-use crate::io::syscalls::{self, read_exact_at, write_all_at, FsKind};
+use crate::engine::safety::plan::{self, Chunk, PlanParams};
 use crate::engine::safety::watch::{StopReason, Watch};
+use crate::engine::strategy::{Done, FileJob};
+use crate::io::backend::Op;
+use crate::io::fileio::FileIo;
+use crate::io::syscalls::{self, read_exact_at, write_all_at, FsKind};
 const PIECE: usize = 1 << 20;
 /// With a rate, a unit is at most this long a share of it, so that an
 /// application's I/O never waits long behind one swap.

@@ -26,4 +26,3 @@ pub enum StoreError {
         source: std::io::Error,
     },
 }
-

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-
 /// What the operator sees: whether and why the refresh yields, and for how
 /// long it has in total. Shared with the daemon.
 #[derive(Debug, Default)]

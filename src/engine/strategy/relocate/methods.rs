@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use rustix::fs::FallocateFlags;
 
-use crate::engine::strategy::relocate::{ChunkResult, Relocator};
-use crate::engine::safety::plan::{self, Chunk};
 use crate::engine::report::{Outcome, ReadError, SkipReason};
+use crate::engine::safety::plan::{self, Chunk};
+use crate::engine::strategy::relocate::{ChunkResult, Relocator};
 use crate::io::syscalls::{self, Dedupe};
 
 impl Relocator<'_, '_> {
