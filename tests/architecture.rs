@@ -21,10 +21,12 @@ use syn::visit::Visit;
 
 type ModPath = Vec<String>;
 
-/// The library's top-level modules, highest layer first. A module may
-/// import from modules of a lower layer (later in this list) and from its
-/// own layer's members only if they are in the same group, never from a
-/// higher one.
+/// The library's top-level modules, highest layer first: a module imports
+/// only from modules of lower layers (later in this list), never from its
+/// own layer or a higher one. Read downwards, this is the walk of a
+/// setting: the config is read, the daemon runs the drives, policy,
+/// sampler and inventory decide, the engine rewrites, io talks to the
+/// kernel.
 const LAYERS: &[&[&str]] = &[
     &["assets"],
     &["client"],
