@@ -169,12 +169,13 @@ fn daemon_rss(dir: &Path, tree: &Path, want: u64) -> (u64, u64) {
         .unwrap();
     let t = Instant::now();
     loop {
-        let out = Command::new(env!("CARGO_BIN_EXE_refreshctl"))
-            .arg("--socket")
-            .arg(dir.join("control.sock"))
-            .args(["--json", "status"])
-            .output()
-            .unwrap();
+        let out =
+            Command::new(Path::new(env!("CARGO_BIN_EXE_refreshd")).with_file_name("refreshctl"))
+                .arg("--socket")
+                .arg(dir.join("control.sock"))
+                .args(["--json", "status"])
+                .output()
+                .unwrap();
         if out.status.success() {
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             let d = &v["drives"][0];

@@ -1,26 +1,29 @@
 //! refreshd keeps data on drift-prone SSDs fast: it finds stale files and
 //! rewrites their data in place, with the same bytes, safely and throttled.
 //!
-//! - [`config`]: the daemon's TOML, validated, problems at file:line:col.
+//! - [`config`]: the daemon's TOML, one table per section, validated,
+//!   problems at file:line:col.
 //! - [`inventory`]: file records in SQLite, incremental scans.
 //! - [`drive`]: file to physical drive (sysfs), identity, disk stats.
 //! - [`sampler`]: per-drive O_DIRECT sampling by data age, percentiles.
 //! - [`policy`]: degraded or not (confirmed, with hysteresis), the plan.
 //! - [`engine`]: the refresh engine: in place (io_uring, O_DIRECT, leases)
-//!   or kernel relocation (MOVE_EXT, FIDEDUPERANGE) for files in use.
+//!   or kernel relocation (MOVE_EXT, FIDEDUPERANGE) for files in use;
+//!   [`io`]: the kernel below it (rings, buffers, syscalls, resolution).
 //! - [`daemon`]: `refreshd run`: workers, control socket, metrics, systemd.
 //! - [`coordination`]: fleet slots in etcd, the health gate.
-//! - [`protocol`], [`client`]: the control protocol and `refreshctl`.
+//! - [`protocol`]: the control protocol (its own crate, which `refreshctl`
+//!   is built from).
 //! - [`walk`], [`oneshot`], [`survey`]: `refreshd refresh` and `survey`.
-//! - [`units`]: sizes, durations and rates for people.
-//! - [`assets`]: man pages and shell completions from the commands.
+//! - [`units`], [`pathtext`], [`clock`]: sizes, rates and durations for
+//!   people, paths as text, time.
+//! - [`cli`]: the command line.
 
 // Offsets and lengths are u64 and used as usize for buffers: 64-bit only.
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("refreshd supports 64-bit Linux only");
 
-pub mod assets;
-pub mod client;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod coordination;

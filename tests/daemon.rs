@@ -586,7 +586,7 @@ fn privileged_control_requests_are_authorised_by_peer_credentials() {
     let as_nobody = |d: &Daemon, args: &[&str]| {
         let out = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(env!("CARGO_BIN_EXE_refreshctl"))
+            .arg(crate::helpers::refreshctl())
             .arg("--socket")
             .arg(d.socket())
             .args(args)

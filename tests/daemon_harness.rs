@@ -190,7 +190,7 @@ impl Daemon {
 
     /// Runs refreshctl; returns (exit code, stdout, stderr).
     pub fn ctl(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_refreshctl"))
+        let out = Command::new(crate::helpers::refreshctl())
             .arg("--socket")
             .arg(self.socket())
             .args(args)

@@ -273,7 +273,7 @@ fn privileged_daemon_runs_in_process_and_stops_on_request() {
     let daemon = std::thread::spawn(move || refreshd::daemon::run(cfg, s2));
     let socket = tmp.path().join("run/control.sock");
     let ctl = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_refreshctl"))
+        std::process::Command::new(crate::helpers::refreshctl())
             .arg("--socket")
             .arg(&socket)
             .args(["--json", "status"])

@@ -217,20 +217,8 @@ fn privileged_a_test_skipped_without_root_says_so() {
 #[test]
 fn dist_assets_match_the_commands() {
     let dir = tempfile::tempdir().unwrap();
-    for exe in [
-        env!("CARGO_BIN_EXE_refreshd"),
-        env!("CARGO_BIN_EXE_refreshctl"),
-    ] {
-        let out = Command::new(exe)
-            .arg("__assets")
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    for cmd in [refreshd::cli::command(), refreshctl::cli::command()] {
+        crate::helpers::assets::write(cmd, dir.path()).unwrap();
     }
     let dist = Path::new(ROOT).join("dist");
     let bless = std::env::var("REFRESHD_BLESS").as_deref() == Ok("1");

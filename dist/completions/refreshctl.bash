@@ -16,9 +16,6 @@ _refreshctl() {
             ",$1")
                 cmd="refreshctl"
                 ;;
-            refreshctl,__assets)
-                cmd="refreshctl__subcmd____assets"
-                ;;
             refreshctl,drives)
                 cmd="refreshctl__subcmd__drives"
                 ;;
@@ -42,9 +39,6 @@ _refreshctl() {
                 ;;
             refreshctl,survey)
                 cmd="refreshctl__subcmd__survey"
-                ;;
-            refreshctl__subcmd__help,__assets)
-                cmd="refreshctl__subcmd__help__subcmd____assets"
                 ;;
             refreshctl__subcmd__help,drives)
                 cmd="refreshctl__subcmd__help__subcmd__drives"
@@ -77,26 +71,8 @@ _refreshctl() {
 
     case "${cmd}" in
         refreshctl)
-            opts="-h -V --socket --json --help --version status drives plan survey now pause resume __assets help"
+            opts="-h -V --socket --json --help --version status drives plan survey now pause resume help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --socket)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshctl__subcmd____assets)
-            opts="-h --socket --json --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -131,22 +107,8 @@ _refreshctl() {
             return 0
             ;;
         refreshctl__subcmd__help)
-            opts="status drives plan survey now pause resume __assets help"
+            opts="status drives plan survey now pause resume help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshctl__subcmd__help__subcmd____assets)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -16,9 +16,6 @@ _refreshd() {
             ",$1")
                 cmd="refreshd"
                 ;;
-            refreshd,__assets)
-                cmd="refreshd__subcmd____assets"
-                ;;
             refreshd,check-config)
                 cmd="refreshd__subcmd__check__subcmd__config"
                 ;;
@@ -33,9 +30,6 @@ _refreshd() {
                 ;;
             refreshd,survey)
                 cmd="refreshd__subcmd__survey"
-                ;;
-            refreshd__subcmd__help,__assets)
-                cmd="refreshd__subcmd__help__subcmd____assets"
                 ;;
             refreshd__subcmd__help,check-config)
                 cmd="refreshd__subcmd__help__subcmd__check__subcmd__config"
@@ -59,22 +53,8 @@ _refreshd() {
 
     case "${cmd}" in
         refreshd)
-            opts="-v -q -h -V --verbose --quiet --help --version refresh survey run check-config __assets help"
+            opts="-v -q -h -V --verbose --quiet --help --version refresh survey run check-config help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshd__subcmd____assets)
-            opts="-v -q -h --verbose --quiet --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -105,22 +85,8 @@ _refreshd() {
             return 0
             ;;
         refreshd__subcmd__help)
-            opts="refresh survey run check-config __assets help"
+            opts="refresh survey run check-config help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshd__subcmd__help__subcmd____assets)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -171,15 +171,18 @@ impl Rate {
     }
 }
 
+/// As a setting is written (exact): "64MiB". For a measured amount, see
+/// [`format_size`].
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&format_size(self.0))
+        f.write_str(&self.exact())
     }
 }
 
+/// As a setting is written (exact): "50MiB/s".
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/s", format_size(self.0))
+        f.write_str(&self.exact())
     }
 }
 
@@ -310,7 +313,12 @@ mod tests {
         assert_eq!(format_size(512), "512 B");
         assert_eq!(format_size(1536), "1.50 KiB");
         assert_eq!(format_size(64 << 20), "64.0 MiB");
-        assert_eq!(Rate(50 << 20).to_string(), "50.0 MiB/s");
+        assert_eq!(Rate(50 << 20).to_string(), "50MiB/s");
+        assert_eq!(ByteSize(1536).to_string(), "1536");
+        assert_eq!(ByteSize(3 << 30).to_string(), "3GiB");
+        for b in [1u64, 1536, 4096, 64 << 20, (1 << 40) + 4096] {
+            assert_eq!(ByteSize(b).to_string().parse::<ByteSize>(), Ok(ByteSize(b)));
+        }
     }
 
     #[test]

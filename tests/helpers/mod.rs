@@ -12,8 +12,22 @@ use std::process::{Command, Output};
 
 use refreshd::engine::safety::plan::seek_data_ranges;
 
+pub mod assets;
 pub mod kernel;
 pub mod nspawn;
+
+/// The `refreshctl` binary. It is another package of the workspace, so
+/// cargo builds it for `cargo test --workspace` (its own tests need it)
+/// and leaves it beside `refreshd`.
+pub fn refreshctl() -> PathBuf {
+    let exe = Path::new(env!("CARGO_BIN_EXE_refreshd")).with_file_name("refreshctl");
+    assert!(
+        exe.exists(),
+        "{} is not built: run the tests with `cargo test --workspace` (or `cargo build -p refreshctl` first)",
+        exe.display()
+    );
+    exe
+}
 
 /// True when privileged tests may run. Without root they skip with a
 /// printed reason, unless `REFRESHD_REQUIRE_PRIVILEGED_TESTS=1` (CI), where

@@ -3,85 +3,19 @@
 //! is unreachable, 2 usage).
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
-use refreshd::client::{self, Client, ClientError, DEFAULT_SOCKET};
-use refreshd::protocol::replies::{
+use clap::Parser;
+use refreshctl::cli::{Cli, Cmd};
+use refreshctl::client::{self, Client, ClientError};
+use refreshd_protocol::replies::{
     DriveEntry, NowAccepted, PauseReply, PlanReply, StatusReply, SurveyReply,
 };
-use refreshd::protocol::Verb;
+use refreshd_protocol::Verb;
 use serde_json::Value;
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "refreshctl",
-    version,
-    about = "Control and inspect the refreshd daemon"
-)]
-struct Cli {
-    /// The daemon's control socket.
-    #[arg(long, global = true, env = "REFRESHCTL_SOCKET", default_value = DEFAULT_SOCKET)]
-    socket: PathBuf,
-    /// Print the daemon's JSON instead of tables.
-    #[arg(long, global = true)]
-    json: bool,
-    #[command(subcommand)]
-    command: Cmd,
-}
-
-#[derive(Subcommand, Debug)]
-enum Cmd {
-    /// Per drive: state, stale bytes, last sample, refresh progress and ETA.
-    Status,
-    /// The drives and the configured trees on them.
-    Drives,
-    /// What a refresh would rewrite, per drive.
-    Plan,
-    /// The latest sample per drive: speed and latency by data age.
-    Survey,
-    /// Sample now and refresh if degraded (or anyway, with --force).
-    Now {
-        /// Only this drive (e.g. sda, nvme0n1).
-        #[arg(long, value_name = "DEV")]
-        drive: Option<String>,
-        /// Only files under this path (inside a configured tree).
-        #[arg(long, value_name = "PATH")]
-        path: Option<PathBuf>,
-        /// Refresh the stale files even if the drive looks healthy.
-        #[arg(long)]
-        force: bool,
-        /// Follow the progress until done.
-        #[arg(long)]
-        wait: bool,
-    },
-    /// Pause refreshing (the file in flight stops after its I/O and is checkpointed).
-    Pause {
-        #[arg(long, value_name = "DEV")]
-        drive: Option<String>,
-    },
-    /// Resume refreshing.
-    Resume {
-        #[arg(long, value_name = "DEV")]
-        drive: Option<String>,
-    },
-    /// Write man pages and shell completions into DIR (packaging).
-    #[command(name = "__assets", hide = true)]
-    Assets { dir: PathBuf },
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Cmd::Assets { dir } = &cli.command {
-        return match refreshd::assets::write(Cli::command(), dir) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("refreshctl __assets {}: {e}", dir.display());
-                ExitCode::FAILURE
-            }
-        };
-    }
     let mut c = match Client::connect(&cli.socket) {
         Ok(c) => c,
         Err(e) => return fail(cli.json, &e),
@@ -129,7 +63,7 @@ fn run(c: &mut Client, cmd: Cmd, json: bool) -> Result<(String, Value, bool), Cl
     {
         let verb = Verb::Now {
             drive,
-            path: path.map(|p| refreshd::pathtext::text(&p)),
+            path: path.map(|p| refreshd_protocol::pathtext::text(&p)),
             force,
         };
         let (req, _) = c.call_as::<Vec<NowAccepted>>(verb)?;
@@ -165,7 +99,7 @@ fn run_plain(c: &mut Client, cmd: Cmd) -> Result<(String, Value), ClientError> {
         } => {
             let verb = Verb::Now {
                 drive,
-                path: path.map(|p| refreshd::pathtext::text(&p)),
+                path: path.map(|p| refreshd_protocol::pathtext::text(&p)),
                 force,
             };
             let (req, v) = c.call_as::<Vec<NowAccepted>>(verb)?;
@@ -180,6 +114,5 @@ fn run_plain(c: &mut Client, cmd: Cmd) -> Result<(String, Value), ClientError> {
             let (_, v) = c.call_as::<Vec<PauseReply>>(Verb::Resume { drive })?;
             ("resumed\n".to_string(), v)
         }
-        Cmd::Assets { .. } => unreachable!("handled before connecting"),
     })
 }

@@ -9,14 +9,14 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::protocol::replies::{
+use refreshd_protocol::replies::{
     CoordinationReply, DriveEntry, NowAccepted, PlanReply, SampleRecord, SlotReply, StatusReply,
     SurveyReply,
 };
-use crate::protocol::{Request, Response, Verb, VERSION};
-use crate::units::format_size;
+use refreshd_protocol::units::format_size;
+use refreshd_protocol::{Request, Response, Verb, VERSION};
 
-pub use crate::protocol::DEFAULT_SOCKET;
+pub use refreshd_protocol::DEFAULT_SOCKET;
 
 /// Why a command did not work.
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +119,7 @@ fn ago(t: Option<i64>) -> String {
     let Some(t) = t else {
         return "never".into();
     };
-    let d = crate::inventory::now_secs() - t;
+    let d = now_secs() - t;
     match d {
         i64::MIN..=59 => format!("{}s ago", d.max(0)),
         60..=3599 => format!("{}m ago", d / 60),
@@ -326,7 +326,11 @@ pub fn render_fleet(c: &CoordinationReply) -> String {
 pub fn render_drives(v: &[DriveEntry]) -> String {
     let mut out = String::new();
     for d in v {
-        let paths: Vec<String> = d.paths.iter().map(|p| crate::pathtext::text(p)).collect();
+        let paths: Vec<String> = d
+            .paths
+            .iter()
+            .map(|p| refreshd_protocol::pathtext::text(p))
+            .collect();
         if let Some(why) = &d.error {
             out.push_str(&format!("not watched: {}\n  {why}\n", paths.join(", ")));
             continue;
@@ -379,7 +383,7 @@ pub fn render_plan(v: &[PlanReply]) -> String {
                 "  {:>10}  {:>6.0} days  {}\n",
                 format_size(f.size),
                 f.age_days,
-                crate::pathtext::text(&f.path)
+                refreshd_protocol::pathtext::text(&f.path)
             ));
         }
         if p.files.len() > 20 {
@@ -393,7 +397,7 @@ pub fn render_plan(v: &[PlanReply]) -> String {
 }
 
 fn render_sample(out: &mut String, s: &SampleRecord) {
-    crate::protocol::show::sample_table(out, &s.sample);
+    refreshd_protocol::show::sample_table(out, &s.sample);
     let j = &s.judgement;
     out.push_str(&format!(
         "  sampled {}: stale {}{}{}\n\n",
@@ -503,4 +507,11 @@ pub fn wait(
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// Seconds since the epoch, now.
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

@@ -1,7 +1,8 @@
-//! Man pages and shell completions, generated from a command's clap
-//! definition (`refreshd __assets DIR`, `refreshctl __assets DIR`). The
-//! generated files are kept in `dist/` and packaged from there; a test
-//! checks they match the commands.
+//! Man pages and shell completions, generated from the commands' clap
+//! definitions (`refreshd::cli`, `refreshctl::cli`). They are kept in
+//! `dist/` and packaged from there; `packaging::dist_assets_match_the_commands`
+//! checks they are current (and rewrites them with REFRESHD_BLESS=1). No
+//! hidden verb of the shipped commands does this.
 
 use std::fs;
 use std::io;
