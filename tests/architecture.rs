@@ -28,7 +28,7 @@ type ModPath = Vec<String>;
 /// sampler and inventory decide, the engine rewrites, io talks to the
 /// kernel.
 const LAYERS: &[&[&str]] = &[
-    &["assets"],
+    &["cli"],
     &["client"],
     &["daemon"],
     &["coordination"],

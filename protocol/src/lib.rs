@@ -7,12 +7,14 @@
 //! This crate has no I/O, no io_uring, no SQLite and no etcd: `refreshctl`
 //! is built from it alone.
 //!
-//! - [`request`], [`response`], [`replies`]: the messages.
-//! - [`health`], [`sample`], [`plan`], [`drive`], [`fsid`]: what the
-//!   replies talk about.
+//! - [`request`], [`response`], [`replies`]: the messages; [`ask`]: each
+//!   verb with its reply type, for both sides.
+//! - [`health`], [`state`], [`sample`], [`plan`], [`drive`], [`fsid`]:
+//!   what the replies talk about.
 //! - [`units`], [`pathtext`], [`show`]: sizes and rates, paths as text,
 //!   and the tables both commands print.
 
+pub mod ask;
 pub mod drive;
 pub mod fsid;
 pub mod health;
@@ -23,6 +25,7 @@ pub mod request;
 pub mod response;
 pub mod sample;
 pub mod show;
+pub mod state;
 pub mod units;
 
 pub use request::{parse_request, Request, Verb, DEFAULT_SOCKET, MAX_LINE, VERSION};

@@ -12,6 +12,7 @@ use crate::drive::Drive;
 use crate::health::{HealthState, Judgement, Reference};
 use crate::plan::Plan;
 use crate::sample::DriveSample;
+use crate::state::{SlotState, Waiting};
 
 /// `status`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -70,8 +71,7 @@ pub struct SlotHolder {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SlotReply {
     pub group: String,
-    /// "held", "waiting" or "unavailable" (etcd cannot be reached).
-    pub state: String,
+    pub state: SlotState,
     /// While waiting: drives ahead of it.
     pub ahead: Option<u64>,
     /// Since it queued.
@@ -86,11 +86,8 @@ pub struct SlotReply {
 pub struct DriveStatusReply {
     pub device: String,
     pub state: HealthState,
-    /// Why a wanted refresh waits: "budget", "window", "paused"; with
-    /// `[coordination]` also "host" (the host's other drives), "health"
-    /// (the health gate said no), "slot" (queued in the group), "etcd"
-    /// (no session, or the group is refused).
-    pub waiting: Option<String>,
+    /// Why a wanted refresh waits.
+    pub waiting: Option<Waiting>,
     /// What the host sees about a slow drive.
     #[serde(default)]
     pub diagnosis: Vec<String>,
@@ -323,7 +320,7 @@ mod tests {
         DriveStatusReply {
             device: "sda".into(),
             state: HealthState::Degraded,
-            waiting: Some("window".into()),
+            waiting: Some(crate::state::Waiting::Window),
             diagnosis: vec![],
             paused: false,
             files: 3,

@@ -6,13 +6,14 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use refreshd_protocol::ask::{self, reply_of, Ask};
 use refreshd_protocol::replies::{
     CoordinationReply, DriveEntry, NowAccepted, PlanReply, SampleRecord, SlotReply, StatusReply,
     SurveyReply,
 };
+use refreshd_protocol::state::SlotState;
 use refreshd_protocol::units::format_size;
 use refreshd_protocol::{Request, Response, Verb, VERSION};
 
@@ -98,9 +99,9 @@ impl Client {
     }
 
     /// Sends one request; the answer typed, and as it came (for `--json`).
-    pub fn call_as<T: DeserializeOwned>(&mut self, verb: Verb) -> Result<(T, Value), ClientError> {
-        let v = self.call(verb)?;
-        let t = serde_json::from_value(v.clone()).map_err(|e| ClientError::Io {
+    pub fn ask<A: Ask>(&mut self, ask: A) -> Result<(A::Reply, Value), ClientError> {
+        let v = self.call(ask.verb())?;
+        let t = reply_of::<A>(v.clone()).map_err(|e| ClientError::Io {
             path: self.path.clone(),
             source: std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -150,8 +151,8 @@ pub fn render_status(v: &StatusReply) -> String {
     ]];
     for d in &v.drives {
         let mut state = d.state.name().to_string();
-        if let Some(w) = &d.waiting {
-            state.push_str(&format!(" ({w})"));
+        if let Some(w) = d.waiting {
+            state.push_str(&format!(" ({})", w.word()));
         } else if d.paused {
             state.push_str(" (paused)");
         }
@@ -205,6 +206,9 @@ pub fn render_status(v: &StatusReply) -> String {
     let pad = " ".repeat(w[0] + 2);
     for d in &v.drives {
         let mut note = |what: String| out.push_str(&format!("{pad}{}: {what}\n", d.device));
+        if let Some(w) = d.waiting {
+            note(w.sentence().to_string());
+        }
         if let Some(e) = &d.error {
             note(format!("note: {e}"));
         }
@@ -267,9 +271,9 @@ pub fn render_status(v: &StatusReply) -> String {
 /// A drive's fleet slot, in one line.
 fn slot_line(s: &SlotReply) -> String {
     let waited = eta(Some(s.waited_seconds.max(0.0)));
-    match s.state.as_str() {
-        "held" => format!("fleet slot held since {}", ago(s.held_since)),
-        "waiting" => format!(
+    match s.state {
+        SlotState::Held => format!("fleet slot held since {}", ago(s.held_since)),
+        SlotState::Waiting => format!(
             "waiting for a fleet slot for {waited}, {} ahead",
             s.ahead.unwrap_or(0)
         ),
@@ -468,7 +472,7 @@ pub fn wait(
         pb
     });
     loop {
-        let (st, raw): (StatusReply, Value) = client.call_as(Verb::Status {})?;
+        let (st, raw) = client.ask(ask::Status)?;
         let mut all_done = true;
         for r in requested {
             let Some(d) = st.drives.iter().find(|d| d.device == r.device) else {
@@ -490,8 +494,9 @@ pub fn wait(
                 (Some(pb), None, Some(w)) => {
                     let slot = d.slot.as_ref().map(slot_line);
                     pb.set_message(format!(
-                        "{} waits ({w}){}",
+                        "{} waits ({}){}",
                         r.device,
+                        w.word(),
                         slot.map_or(String::new(), |l| format!(": {l}"))
                     ));
                     pb.tick();

@@ -8,10 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use refreshctl::cli::{Cli, Cmd};
 use refreshctl::client::{self, Client, ClientError};
-use refreshd_protocol::replies::{
-    DriveEntry, NowAccepted, PauseReply, PlanReply, StatusReply, SurveyReply,
-};
-use refreshd_protocol::Verb;
+use refreshd_protocol::ask;
 use serde_json::Value;
 
 fn main() -> ExitCode {
@@ -61,12 +58,11 @@ fn run(c: &mut Client, cmd: Cmd, json: bool) -> Result<(String, Value, bool), Cl
         wait: true,
     } = cmd
     {
-        let verb = Verb::Now {
+        let (req, _) = c.ask(ask::Now {
             drive,
             path: path.map(|p| refreshd_protocol::pathtext::text(&p)),
             force,
-        };
-        let (req, _) = c.call_as::<Vec<NowAccepted>>(verb)?;
+        })?;
         let bar = !json && std::io::stderr().is_terminal();
         let (st, raw) = client::wait(c, &req, bar)?;
         let failed = client::requests_failed(&req, &st);
@@ -79,39 +75,38 @@ fn run(c: &mut Client, cmd: Cmd, json: bool) -> Result<(String, Value, bool), Cl
 fn run_plain(c: &mut Client, cmd: Cmd) -> Result<(String, Value), ClientError> {
     Ok(match cmd {
         Cmd::Status => {
-            let (st, v) = c.call_as::<StatusReply>(Verb::Status {})?;
+            let (st, v) = c.ask(ask::Status)?;
             (client::render_status(&st), v)
         }
         Cmd::Drives => {
-            let (d, v) = c.call_as::<Vec<DriveEntry>>(Verb::Drives {})?;
+            let (d, v) = c.ask(ask::Drives)?;
             (client::render_drives(&d), v)
         }
         Cmd::Plan => {
-            let (p, v) = c.call_as::<Vec<PlanReply>>(Verb::Plan {})?;
+            let (p, v) = c.ask(ask::Plan)?;
             (client::render_plan(&p), v)
         }
         Cmd::Survey => {
-            let (s, v) = c.call_as::<Vec<SurveyReply>>(Verb::Survey {})?;
+            let (s, v) = c.ask(ask::Survey)?;
             (client::render_survey(&s), v)
         }
         Cmd::Now {
             drive, path, force, ..
         } => {
-            let verb = Verb::Now {
+            let (req, v) = c.ask(ask::Now {
                 drive,
                 path: path.map(|p| refreshd_protocol::pathtext::text(&p)),
                 force,
-            };
-            let (req, v) = c.call_as::<Vec<NowAccepted>>(verb)?;
+            })?;
             let devs: Vec<&str> = req.iter().map(|r| r.device.as_str()).collect();
             (format!("requested on {}\n", devs.join(", ")), v)
         }
         Cmd::Pause { drive } => {
-            let (_, v) = c.call_as::<Vec<PauseReply>>(Verb::Pause { drive })?;
+            let (_, v) = c.ask(ask::Pause { drive, on: true })?;
             ("paused\n".to_string(), v)
         }
         Cmd::Resume { drive } => {
-            let (_, v) = c.call_as::<Vec<PauseReply>>(Verb::Resume { drive })?;
+            let (_, v) = c.ask(ask::Pause { drive, on: false })?;
             ("resumed\n".to_string(), v)
         }
     })

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::coordination::Coordination;
 use crate::protocol::replies::{CoordinationReply, GroupReply, SlotHolder, SlotReply};
+use crate::protocol::state::SlotState as Slot;
 
 /// Where a drive's request for a slot stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,19 +50,19 @@ impl TicketShared {
     pub fn reply(&self) -> SlotReply {
         let t = self.lock();
         let (state, ahead, why) = match &t.state {
-            SlotState::Held { until } if *until > Instant::now() => ("held", None, None),
+            SlotState::Held { until } if *until > Instant::now() => (Slot::Held, None, None),
             SlotState::Held { .. } => (
-                "unavailable",
+                Slot::Unavailable,
                 None,
                 Some("the lease was not renewed in time".to_string()),
             ),
-            SlotState::Waiting { ahead } => ("waiting", Some(*ahead as u64), None),
-            SlotState::Queueing => ("waiting", None, None),
-            SlotState::Unavailable(why) => ("unavailable", None, Some(why.clone())),
+            SlotState::Waiting { ahead } => (Slot::Waiting, Some(*ahead as u64), None),
+            SlotState::Queueing => (Slot::Waiting, None, None),
+            SlotState::Unavailable(why) => (Slot::Unavailable, None, Some(why.clone())),
         };
         SlotReply {
             group: self.group.clone(),
-            state: state.into(),
+            state,
             ahead,
             waited_seconds: self.queued_at.elapsed().as_secs_f64(),
             held_since: t.held_since,

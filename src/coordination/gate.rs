@@ -12,9 +12,42 @@ use std::time::{Duration, Instant};
 use crate::config::coordination::Coordination;
 use crate::config::url::HttpUrl;
 
-/// Asks the configured gate; `Ok` when there is none or it says yes,
-/// `Err(why)` when it says no.
-pub fn check(cfg: &Coordination) -> Result<(), String> {
+/// Why the gate said no (a failure to ask is a no).
+#[derive(Debug, thiserror::Error)]
+pub enum GateNo {
+    #[error("health_command {prog}: {source}")]
+    Spawn {
+        prog: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("health_command {prog} did not answer within {timeout:?}")]
+    CommandTimeout { prog: String, timeout: Duration },
+    #[error("health_command {prog} {status}{stderr}")]
+    Command {
+        prog: String,
+        status: std::process::ExitStatus,
+        /// ": " and the end of what it printed, or nothing.
+        stderr: String,
+    },
+    #[error("health_url {url}: {source}")]
+    Http {
+        url: HttpUrl,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("health_url {url}: no address")]
+    NoAddress { url: HttpUrl },
+    #[error("health_url {url} did not answer within {timeout:?}")]
+    HttpTimeout { url: HttpUrl, timeout: Duration },
+    #[error("health_url {url}: not an HTTP answer")]
+    NotHttp { url: HttpUrl },
+    #[error("health_url {url} answered {code}")]
+    Status { url: HttpUrl, code: u16 },
+}
+
+/// Asks the configured gate; `Ok` when there is none or it says yes.
+pub fn check(cfg: &Coordination) -> Result<(), GateNo> {
     match (&cfg.health_command, &cfg.health_url) {
         (Some(argv), _) => command(argv, cfg.health_timeout),
         (None, Some(url)) => http(url, cfg.health_timeout),
@@ -22,7 +55,7 @@ pub fn check(cfg: &Coordination) -> Result<(), String> {
     }
 }
 
-fn command(argv: &[String], timeout: Duration) -> Result<(), String> {
+fn command(argv: &[String], timeout: Duration) -> Result<(), GateNo> {
     use std::os::unix::process::CommandExt;
     let Some((prog, args)) = argv.split_first() else {
         return Ok(());
@@ -36,7 +69,10 @@ fn command(argv: &[String], timeout: Duration) -> Result<(), String> {
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("health_command {prog}: {e}"))?;
+        .map_err(|source| GateNo::Spawn {
+            prog: prog.clone(),
+            source,
+        })?;
     // Read on a thread: a process it left behind may keep the pipe open
     // long after it answered.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -55,12 +91,18 @@ fn command(argv: &[String], timeout: Duration) -> Result<(), String> {
                 let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
                 let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
                 let _ = child.wait();
-                return Err(format!(
-                    "health_command {prog} did not answer within {timeout:?}"
-                ));
+                return Err(GateNo::CommandTimeout {
+                    prog: prog.clone(),
+                    timeout,
+                });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(format!("health_command {prog}: {e}")),
+            Err(source) => {
+                return Err(GateNo::Spawn {
+                    prog: prog.clone(),
+                    source,
+                })
+            }
         }
     };
     if status.success() {
@@ -75,7 +117,11 @@ fn command(argv: &[String], timeout: Duration) -> Result<(), String> {
     } else {
         format!(": {}", tail(err))
     };
-    Err(format!("health_command {prog} {status}{err}"))
+    Err(GateNo::Command {
+        prog: prog.clone(),
+        status,
+        stderr: err,
+    })
 }
 
 /// The last 200 characters of a message.
@@ -87,16 +133,18 @@ fn tail(s: &str) -> &str {
     &s[start..]
 }
 
-fn http(u: &HttpUrl, timeout: Duration) -> Result<(), String> {
-    let url = u;
+fn http(u: &HttpUrl, timeout: Duration) -> Result<(), GateNo> {
+    let io = |source| GateNo::Http {
+        url: u.clone(),
+        source,
+    };
     let deadline = Instant::now() + timeout;
     let addr = (u.host.as_str(), u.port)
         .to_socket_addrs()
-        .map_err(|e| format!("health_url {url}: {e}"))?
+        .map_err(io)?
         .next()
-        .ok_or_else(|| format!("health_url {url}: no address"))?;
-    let mut s =
-        TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("health_url {url}: {e}"))?;
+        .ok_or_else(|| GateNo::NoAddress { url: u.clone() })?;
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(io)?;
     let left = || {
         deadline
             .saturating_duration_since(Instant::now())
@@ -109,21 +157,21 @@ fn http(u: &HttpUrl, timeout: Duration) -> Result<(), String> {
         "GET {} HTTP/1.0\r\nHost: {}\r\nUser-Agent: refreshd\r\nConnection: close\r\n\r\n",
         u.path, u.host
     );
-    s.write_all(request.as_bytes())
-        .map_err(|e| format!("health_url {url}: {e}"))?;
+    s.write_all(request.as_bytes()).map_err(io)?;
     let mut head = [0u8; 64];
     let mut n = 0;
     while n < 12 {
         if Instant::now() >= deadline {
-            return Err(format!(
-                "health_url {url} did not answer within {timeout:?}"
-            ));
+            return Err(GateNo::HttpTimeout {
+                url: u.clone(),
+                timeout,
+            });
         }
         let _ = s.set_read_timeout(Some(left()));
         match s.read(&mut head[n..]) {
             Ok(0) => break,
             Ok(k) => n += k,
-            Err(e) => return Err(format!("health_url {url}: {e}")),
+            Err(e) => return Err(io(e)),
         }
     }
     let line = String::from_utf8_lossy(&head[..n]);
@@ -131,11 +179,14 @@ fn http(u: &HttpUrl, timeout: Duration) -> Result<(), String> {
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse::<u16>().ok())
-        .ok_or_else(|| format!("health_url {url}: not an HTTP answer"))?;
+        .ok_or_else(|| GateNo::NotHttp { url: u.clone() })?;
     if (200..300).contains(&code) {
         Ok(())
     } else {
-        Err(format!("health_url {url} answered {code}"))
+        Err(GateNo::Status {
+            url: u.clone(),
+            code,
+        })
     }
 }
 
@@ -153,16 +204,18 @@ mod tests {
 
     #[test]
     fn a_command_says_yes_no_or_times_out() {
-        assert_eq!(check(&with_command(&["/bin/true"])), Ok(()));
+        assert!(check(&with_command(&["/bin/true"])).is_ok());
         let no = check(&with_command(&["/bin/sh", "-c", "echo yellow >&2; exit 3"]));
         assert!(
             no.as_ref()
-                .is_err_and(|e| e.contains("exit status: 3") && e.contains("yellow")),
+                .is_err_and(|e| e.to_string().contains("exit status: 3")
+                    && e.to_string().contains("yellow")),
             "{no:?}"
         );
         let slow = check(&with_command(&["/bin/sleep", "5"]));
         assert!(
-            slow.as_ref().is_err_and(|e| e.contains("did not answer")),
+            slow.as_ref()
+                .is_err_and(|e| e.to_string().contains("did not answer")),
             "{slow:?}"
         );
         let missing = check(&with_command(&["/nonexistent/gate"]));
@@ -183,7 +236,7 @@ mod tests {
             "{slow:?} after {:?}",
             t.elapsed()
         );
-        assert_eq!(check(&Coordination::default()), Ok(()), "no gate: yes");
+        assert!(check(&Coordination::default()).is_ok(), "no gate: yes");
     }
 
     #[test]
@@ -217,10 +270,11 @@ mod tests {
                 ..Coordination::default()
             }
         };
-        assert_eq!(check(&serve("200 OK")), Ok(()));
+        assert!(check(&serve("200 OK")).is_ok());
         let no = check(&serve("503 Service Unavailable"));
         assert!(
-            no.as_ref().is_err_and(|e| e.contains("answered 503")),
+            no.as_ref()
+                .is_err_and(|e| e.to_string().contains("answered 503")),
             "{no:?}"
         );
         // Port 1 on loopback: nothing listens there.

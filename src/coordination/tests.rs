@@ -58,7 +58,10 @@ fn the_first_keys_by_revision_hold_the_slots_the_rest_wait_in_order() {
     rank(&f, "g", &keys[1..], entries[1..].to_vec(), later());
     assert!(a.holds(), "{:?}", a.state());
     assert_eq!(b.state(), SlotState::Waiting { ahead: 1 });
-    assert_eq!(a.view().reply().state, "held");
+    assert_eq!(
+        a.view().reply().state,
+        crate::protocol::state::SlotState::Held
+    );
 }
 
 #[test]
@@ -77,7 +80,10 @@ fn a_slot_is_held_only_while_the_lease_is_proven() {
     std::thread::sleep(Duration::from_millis(80));
     // No keep-alive answered since: not held, whatever the state says.
     assert!(!a.holds(), "held past the proof");
-    assert_eq!(a.view().reply().state, "unavailable");
+    assert_eq!(
+        a.view().reply().state,
+        crate::protocol::state::SlotState::Unavailable
+    );
 }
 
 #[test]

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
@@ -22,16 +21,7 @@ use crate::protocol::replies::{
     DriveEntry, DriveStatusReply, NowAccepted, PauseReply, PlanReply, SampleSummary, StatusReply,
     SurveyReply, UnwatchedTree, YieldingNow,
 };
-use crate::protocol::{self, Response, Verb, MAX_LINE};
-
-/// A reply as the wire's JSON (these types always serialize).
-/// A reply as the wire's JSON. Paths serialize as text (`pathtext`), so
-/// this does not fail; if it ever did, the client gets the error, never a
-/// `null` it would misread.
-fn to_value<T: serde::Serialize>(reply: T) -> Result<Value, String> {
-    serde_json::to_value(reply)
-        .map_err(|e| format!("internal error: the reply cannot be encoded: {e}"))
-}
+use crate::protocol::{self, ask, Response, MAX_LINE};
 
 /// Binds the socket: its directory is created (0755) if missing, a stale
 /// socket file is replaced, a live one is an error; mode 0600 (0660 and
@@ -217,26 +207,43 @@ fn handle(text: &str, peer: Peer, shared: &Shared) -> Response {
             }
         ));
     }
-    let resp = match &verb {
-        Verb::Status {} => to_value(status(shared)),
-        Verb::Drives {} => to_value(drives(shared)),
-        Verb::Plan {} => to_value(plan(shared)),
-        Verb::Survey {} => to_value(survey(shared)),
-        Verb::Now { drive, path, force } => {
-            now(shared, &cfg, drive.as_deref(), path.as_deref(), *force).and_then(to_value)
-        }
-        Verb::Pause { drive } => pause(shared, drive.as_deref(), true).and_then(to_value),
-        Verb::Resume { drive } => pause(shared, drive.as_deref(), false).and_then(to_value),
-    };
-    match resp {
-        Ok(v) => {
-            count(shared, verb.name(), "ok");
-            Response::ok(v)
-        }
-        Err(e) => {
-            count(shared, verb.name(), "error");
-            Response::err(e)
-        }
+    let name = verb.name();
+    let resp = ask::answer(verb, &Control { shared, cfg: &cfg });
+    count(shared, name, if resp.ok { "ok" } else { "error" });
+    resp
+}
+
+/// The daemon's answers, one method per verb (the protocol crate fixes
+/// each one's reply type).
+struct Control<'a> {
+    shared: &'a Shared,
+    cfg: &'a Config,
+}
+
+impl ask::Answer for Control<'_> {
+    fn status(&self) -> StatusReply {
+        status(self.shared)
+    }
+    fn drives(&self) -> Vec<DriveEntry> {
+        drives(self.shared)
+    }
+    fn plan(&self) -> Vec<PlanReply> {
+        plan(self.shared)
+    }
+    fn survey(&self) -> Vec<SurveyReply> {
+        survey(self.shared)
+    }
+    fn now(&self, a: ask::Now) -> Result<Vec<NowAccepted>, String> {
+        now(
+            self.shared,
+            self.cfg,
+            a.drive.as_deref(),
+            a.path.as_deref(),
+            a.force,
+        )
+    }
+    fn pause(&self, a: ask::Pause) -> Result<Vec<PauseReply>, String> {
+        pause(self.shared, a.drive.as_deref(), a.on)
     }
 }
 
@@ -260,7 +267,7 @@ fn status(shared: &Shared) -> StatusReply {
             DriveStatusReply {
                 device: c.label.clone(),
                 state: st.health.state,
-                waiting: st.waiting.map(str::to_string),
+                waiting: st.waiting,
                 diagnosis: st.diagnosis.clone(),
                 paused: c.paused.load(Ordering::Relaxed),
                 files: st.files,

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::coordination::Fleet;
 use crate::protocol::replies::SlotReply;
+use crate::protocol::state::SlotState;
 
 /// A drive and its fleet group ("" without coordination).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -124,8 +125,8 @@ impl FleetMetrics {
         for d in drives {
             let dev = DevGroup::of(d);
             let slot = d.slot.clone();
-            let held = slot.as_ref().is_some_and(|s| s.state == "held");
-            let waiting = slot.as_ref().is_some_and(|s| s.state != "held");
+            let held = slot.as_ref().is_some_and(|s| s.state == SlotState::Held);
+            let waiting = slot.as_ref().is_some_and(|s| s.state != SlotState::Held);
             self.slot_held.get_or_create(&dev).set(i64::from(held));
             self.slot_waiting
                 .get_or_create(&dev)

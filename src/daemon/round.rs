@@ -92,7 +92,7 @@ fn must_stop(
     if let Some(fleet) = shared.fleet.as_ref().filter(|_| ticket.is_some()) {
         if let Err(why) = crate::coordination::gate::check(&fleet.cfg) {
             tracing::warn!("health gate: {why}; the refresh stops here and gives its slot back");
-            result.gate_failed = Some(why);
+            result.gate_failed = Some(why.to_string());
             return Some("the health gate said no");
         }
     }

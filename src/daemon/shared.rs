@@ -168,7 +168,7 @@ pub struct DriveStatus {
     /// Why a wanted refresh is not running now: "budget" (the daily budget
     /// is spent: it continues the next UTC day), "window", "paused", and
     /// with a fleet "host", "health", "slot", "etcd".
-    pub waiting: Option<&'static str>,
+    pub waiting: Option<crate::protocol::state::Waiting>,
     /// `now` requests received and completed (for `--wait`).
     pub requests: u64,
     pub completed: u64,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::coordination::{gate, SlotState, Ticket};
 
 use super::shared::{DriveCell, Shared};
-use super::step::{ETCD_UNREACHABLE, HEALTH_GATE, WAITING_FOR_HOST, WAITING_FOR_SLOT};
+use crate::protocol::state::Waiting;
 
 /// After the health gate said no, it is asked again this much later.
 pub const GATE_RETRY: Duration = Duration::from_secs(10);
@@ -52,7 +52,7 @@ impl SlotKeeper {
         cell: &DriveCell,
         wanted: bool,
         next: bool,
-    ) -> Option<(&'static str, &'static str)> {
+    ) -> Option<Waiting> {
         let fleet = shared.fleet.as_ref()?;
         if !wanted {
             self.release(cell);
@@ -65,17 +65,17 @@ impl SlotKeeper {
             // Queue in the fleet only when this host could start now: a
             // slot held while the host's other drives refresh would keep
             // the group's other copies waiting for nothing.
-            return Some(("host", WAITING_FOR_HOST));
+            return Some(Waiting::Host);
         }
         if self.ticket.is_none() {
             if Instant::now() < self.gate_retry_at {
-                return Some(("health", HEALTH_GATE));
+                return Some(Waiting::Health);
             }
             if let Err(why) = gate::check(&fleet.cfg) {
                 tracing::warn!("health gate: {why}; the refresh waits");
-                fleet.set_health(Some(why));
+                fleet.set_health(Some(why.to_string()));
                 self.gate_retry_at = Instant::now() + GATE_RETRY;
-                return Some(("health", HEALTH_GATE));
+                return Some(Waiting::Health);
             }
             fleet.set_health(None);
             let group = cell.group.as_deref().unwrap_or(&fleet.cfg.group);
@@ -88,8 +88,8 @@ impl SlotKeeper {
             return None;
         }
         Some(match t.state() {
-            SlotState::Unavailable(_) => ("etcd", ETCD_UNREACHABLE),
-            _ => ("slot", WAITING_FOR_SLOT),
+            SlotState::Unavailable(_) => Waiting::Etcd,
+            _ => Waiting::Slot,
         })
     }
 

@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::protocol::state::Waiting;
+
 /// The longest sleep between two looks (a poke wakes it earlier).
 pub const MAX_WAIT: Duration = Duration::from_secs(30);
 
@@ -48,7 +50,7 @@ pub struct View {
     pub budget_spent: bool,
     /// Why the fleet does not let it refresh yet (no slot, etcd
     /// unreachable, the health gate said no); `None`: it may.
-    pub slot_wait: Option<&'static str>,
+    pub slot_wait: Option<Waiting>,
 }
 
 /// What to do.
@@ -65,25 +67,30 @@ pub enum Step {
     },
     /// The request needs no refresh: it is done.
     Answer,
-    /// Sleep this long at most (a poke wakes earlier); `why` is shown to
-    /// the operator while a request waits.
+    /// Sleep this long at most (a poke wakes earlier); `why` a wanted
+    /// refresh waits (what `status` shows).
     Wait {
         at_most: Duration,
-        why: Option<&'static str>,
+        why: Option<Waiting>,
     },
 }
 
-pub const WAITING_FOR_WINDOW: &str = "outside the maintenance window: the refresh waits for it";
-pub const PAUSED: &str = "paused: the refresh waits for `refreshctl resume`";
 /// How often a drive waiting for a fleet slot looks again.
 pub const SLOT_POLL: Duration = Duration::from_secs(1);
-pub const WAITING_FOR_SLOT: &str = "waiting for a slot in the fleet group";
-pub const WAITING_FOR_HOST: &str =
-    "waiting for the host's other drives (max_active_drives, max_active_per_controller)";
-pub const ETCD_UNREACHABLE: &str =
-    "etcd cannot be reached: not refreshing until it can (see status)";
-pub const HEALTH_GATE: &str = "the health gate says no: the refresh waits (see status)";
-pub const BUDGET: &str = "daily budget spent: the refresh continues the next UTC day";
+
+/// Why a wanted refresh cannot start now, first reason first (`None`: it
+/// can, or it waits out the pause after a failure, which has no word).
+pub fn waiting(v: &View) -> Option<Waiting> {
+    if v.paused {
+        Some(Waiting::Paused)
+    } else if !v.in_window {
+        Some(Waiting::Window)
+    } else if v.now < v.refresh_not_before {
+        v.budget_spent.then_some(Waiting::Budget)
+    } else {
+        v.slot_wait
+    }
+}
 
 pub fn next_step(v: &View) -> Step {
     if v.stopping {
@@ -108,31 +115,25 @@ pub fn next_step(v: &View) -> Step {
     let deadline = v.next_scan.min(v.next_sample);
     let until = |t: Instant| t.saturating_duration_since(v.now).min(MAX_WAIT);
     if v.wants_refresh || forced {
-        let why = if v.paused {
-            Some(PAUSED)
-        } else if !v.in_window {
-            Some(WAITING_FOR_WINDOW)
-        } else if v.now < v.refresh_not_before {
-            v.budget_spent.then_some(BUDGET)
-        } else if let Some(why) = v.slot_wait {
+        let why = waiting(v);
+        let held_here = v.paused || !v.in_window || v.now < v.refresh_not_before;
+        if !held_here {
+            if v.slot_wait.is_none() {
+                return Step::Refresh { forced };
+            }
             // The slot is looked at again within a second.
             return Step::Wait {
                 at_most: until(deadline).min(SLOT_POLL),
-                why: v.request.is_some().then_some(why),
+                why,
             };
-        } else {
-            return Step::Refresh { forced };
-        };
+        }
         let at_most = until(deadline.min(v.refresh_not_before.max(v.now)));
         let at_most = if at_most.is_zero() {
             until(deadline)
         } else {
             at_most
         };
-        return Step::Wait {
-            at_most,
-            why: if v.request.is_some() { why } else { None },
-        };
+        return Step::Wait { at_most, why };
     }
     if v.request.is_some() {
         return Step::Answer;
@@ -248,7 +249,13 @@ mod tests {
             in_window: false,
             ..degraded
         };
-        assert!(matches!(next_step(&outside), Step::Wait { why: None, .. }));
+        assert!(matches!(
+            next_step(&outside),
+            Step::Wait {
+                why: Some(Waiting::Window),
+                ..
+            }
+        ));
         let waiting = View {
             request: Some(Request {
                 rescanned: true,
@@ -260,7 +267,7 @@ mod tests {
         assert!(matches!(
             next_step(&waiting),
             Step::Wait {
-                why: Some(WAITING_FOR_WINDOW),
+                why: Some(Waiting::Window),
                 ..
             }
         ));
@@ -277,7 +284,7 @@ mod tests {
         assert!(matches!(
             next_step(&paused),
             Step::Wait {
-                why: Some(PAUSED),
+                why: Some(Waiting::Paused),
                 ..
             }
         ));
@@ -351,7 +358,7 @@ mod tests {
         assert!(matches!(
             next_step(&spent),
             Step::Wait {
-                why: Some(BUDGET),
+                why: Some(Waiting::Budget),
                 ..
             }
         ));
@@ -391,28 +398,29 @@ mod tests {
                 samples: 1,
                 refreshed: false,
             }),
-            slot_wait: Some(WAITING_FOR_SLOT),
+            slot_wait: Some(Waiting::Slot),
             ..v
         };
         assert_eq!(
             next_step(&forced),
             Step::Wait {
                 at_most: SLOT_POLL,
-                why: Some(WAITING_FOR_SLOT)
+                why: Some(Waiting::Slot)
             },
             "a request waits for the slot, and says so"
         );
         let degraded = View {
             wants_refresh: true,
-            slot_wait: Some(ETCD_UNREACHABLE),
+            slot_wait: Some(Waiting::Etcd),
             ..v
         };
         assert_eq!(
             next_step(&degraded),
             Step::Wait {
                 at_most: SLOT_POLL,
-                why: None
-            }
+                why: Some(Waiting::Etcd)
+            },
+            "without a request too: status says why"
         );
         let held = View {
             slot_wait: None,

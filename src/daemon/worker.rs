@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use crate::config::Settings;
 use crate::inventory::{self, FileRecord, Store};
 use crate::policy::{self, HealthState, Thresholds};
+use crate::protocol::state::Waiting;
 use crate::sampler::{self, SampleOptions};
 
 use super::shared::{DriveCell, RoundSummary, SampleRecord, Shared};
-use super::step::{next_step, Request, Step, View, CONFIRM};
+use super::step::{self, next_step, Request, Step, View, CONFIRM};
 
 fn settings_for(shared: &Shared, cell: &DriveCell) -> Settings {
     let cfg = shared.config();
@@ -38,8 +39,6 @@ struct Loop {
     budget_until: Option<Instant>,
     /// Its fleet slot (with `[coordination]`).
     slot: super::slot::SlotKeeper,
-    /// Why a request waits, as last shown in the drive's `error`.
-    noted: Option<&'static str>,
 }
 
 /// What a `refreshctl now` did, in one line (shown by `--wait`): the
@@ -99,7 +98,7 @@ fn request_outcome(
         }
         HealthState::Degraded => format!(
             "degraded: the refresh waits ({})",
-            st.waiting.unwrap_or("see status")
+            st.waiting.map_or("see status", Waiting::sentence)
         ),
         _ => format!("{state}: nothing to refresh"),
     }
@@ -132,7 +131,6 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         refresh_not_before: now,
         budget_until: None,
         slot: super::slot::SlotKeeper::default(),
-        noted: None,
     };
     loop {
         let s = settings_for(&shared, &cell);
@@ -177,23 +175,11 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         };
         let next = matches!(next_step(&view), Step::Refresh { .. });
         let slot_wait = l.slot.wait_reason(&shared, &cell, wanted, next);
-        view.slot_wait = slot_wait.map(|(_, why)| why);
-        cell.lock().waiting = match () {
-            _ if !wants_refresh && !forced => None,
-            _ if paused => Some("paused"),
-            _ if budget_spent => Some("budget"),
-            _ if !in_window => Some("window"),
-            _ => slot_wait.map(|(word, _)| word),
-        };
+        view.slot_wait = slot_wait;
+        cell.lock().waiting = (wants_refresh || forced)
+            .then(|| step::waiting(&view))
+            .flatten();
         let step = next_step(&view);
-        show_wait(
-            &cell,
-            &mut l.noted,
-            match &step {
-                Step::Wait { why, .. } => *why,
-                _ => None,
-            },
-        );
         match step {
             Step::Stop => return,
             Step::Scan => {
@@ -296,18 +282,6 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
 
 /// Shows why a request waits in the drive's `error`, and takes the note
 /// back once it no longer holds (unless something else replaced it).
-fn show_wait(cell: &DriveCell, noted: &mut Option<&'static str>, why: Option<&'static str>) {
-    let mut st = cell.lock();
-    if let Some(old) = noted.take() {
-        if st.error.as_deref() == Some(old) {
-            st.error = None;
-        }
-    }
-    if let Some(w) = why {
-        st.error = Some(w.into());
-        *noted = Some(w);
-    }
-}
 
 /// Opens the state database, retrying with backoff (1 s doubling to 60 s)
 /// while it fails: the drive shows the error in `refreshctl status` and

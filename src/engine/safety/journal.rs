@@ -195,25 +195,35 @@ fn encode(e: &Entry) -> Vec<u8> {
     format!("{json}\n{:016x}\n", xxh3_64(json.as_bytes())).into_bytes()
 }
 
-fn decode(bytes: &[u8]) -> Result<Entry, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?;
+/// Why a record cannot be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("not UTF-8")]
+    NotText,
+    #[error("checksum mismatch (torn or corrupt record)")]
+    Checksum,
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("record version {0:?} (this refreshd knows 1 and {VERSION})")]
+    Version(Option<u64>),
+}
+
+fn decode(bytes: &[u8]) -> Result<Entry, RecordError> {
+    let text = std::str::from_utf8(bytes).map_err(|_| RecordError::NotText)?;
     let mut lines = text.lines();
     let (json, sum) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
     if format!("{:016x}", xxh3_64(json.as_bytes())) != sum {
-        return Err("checksum mismatch (torn or corrupt record)".into());
+        return Err(RecordError::Checksum);
     }
-    let version = serde_json::from_str::<serde_json::Value>(json)
-        .map_err(|e| e.to_string())?
+    let version = serde_json::from_str::<serde_json::Value>(json)?
         .get("version")
         .and_then(serde_json::Value::as_u64);
     match version {
-        Some(1) => Ok(serde_json::from_str::<v1::Entry>(json)
-            .map_err(|e| e.to_string())?
-            .into()),
-        Some(v) if v == u64::from(VERSION) => serde_json::from_str(json).map_err(|e| e.to_string()),
-        v => Err(format!(
-            "record version {v:?} (this refreshd knows 1 and {VERSION})"
-        )),
+        Some(1) => Ok(serde_json::from_str::<v1::Entry>(json)?.into()),
+        Some(v) if v == u64::from(VERSION) => Ok(serde_json::from_str(json)?),
+        v => Err(RecordError::Version(v)),
     }
 }
 
@@ -269,7 +279,7 @@ impl Journal {
 
     /// Every record of every owner, live or dead, and records left at
     /// the top by a refreshd that did not keep owners (tests, reports).
-    pub fn entries(&self) -> io::Result<Vec<(PathBuf, Result<Entry, String>)>> {
+    pub fn entries(&self) -> io::Result<Vec<(PathBuf, Result<Entry, RecordError>)>> {
         let mut files = owners::records_in(&self.root)?;
         for e in std::fs::read_dir(&self.root)? {
             let e = e?;
@@ -282,20 +292,19 @@ impl Journal {
 }
 
 /// Reads one record file (tools, tests: what a recovery would act on).
-pub fn read_record(path: &Path) -> Result<Entry, String> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    decode(&bytes)
+pub fn read_record(path: &Path) -> Result<Entry, RecordError> {
+    decode(&std::fs::read(path)?)
 }
 
 /// Reads record files (a file gone meanwhile was finished by its owner).
-fn read_records(files: Vec<PathBuf>) -> Vec<(PathBuf, Result<Entry, String>)> {
+fn read_records(files: Vec<PathBuf>) -> Vec<(PathBuf, Result<Entry, RecordError>)> {
     let mut out = vec![];
     for p in files {
         let bytes = match std::fs::read(&p) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             other => other,
         };
-        out.push((p, bytes.map_err(|e| e.to_string()).and_then(|b| decode(&b))));
+        out.push((p, bytes.map_err(RecordError::from).and_then(|b| decode(&b))));
     }
     out
 }

@@ -82,14 +82,29 @@ pub fn skip_done(chunks: &mut Vec<Chunk>, skip: &mut u64) {
 pub fn data_layout(
     fd: BorrowedFd<'_>,
     size: u64,
-) -> Result<(Vec<Range<u64>>, Vec<Extent>), String> {
-    let seek = seek_data_ranges(fd, size).map_err(|e| format!("SEEK_DATA/SEEK_HOLE: {e}"))?;
-    let extents = syscalls::fiemap(fd).map_err(|e| format!("FIEMAP: {e}"))?;
+) -> Result<(Vec<Range<u64>>, Vec<Extent>), LayoutError> {
+    let seek = seek_data_ranges(fd, size).map_err(|source| LayoutError {
+        call: "SEEK_DATA/SEEK_HOLE",
+        source,
+    })?;
+    let extents = syscalls::fiemap(fd).map_err(|source| LayoutError {
+        call: "FIEMAP",
+        source,
+    })?;
     Ok((seek, extents))
 }
 
+/// The file's layout could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{call}: {source}")]
+pub struct LayoutError {
+    pub call: &'static str,
+    #[source]
+    pub source: io::Error,
+}
+
 /// The plan for an open file (its layout read now), or why not.
-pub fn for_file(fd: BorrowedFd<'_>, params: &PlanParams) -> Result<Plan, String> {
+pub fn for_file(fd: BorrowedFd<'_>, params: &PlanParams) -> Result<Plan, LayoutError> {
     let (seek, extents) = data_layout(fd, params.size)?;
     Ok(plan(params, &seek, &extents))
 }

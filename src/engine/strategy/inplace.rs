@@ -137,7 +137,7 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
     };
     let p = match plan::for_file(fd, &params) {
         Ok(p) => p,
-        Err(reason) => return Done::new(Outcome::failed(FailKind::Io, reason), false),
+        Err(e) => return Done::new(Outcome::failed(FailKind::Io, e.to_string()), false),
     };
     // FIEMAP may have read extent blocks: not an application's reads.
     job.throttle.uncounted_io();

@@ -345,7 +345,7 @@ fn relocate(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Outcome {
     };
     let p = match plan::for_file(orig, &params) {
         Ok(p) => p,
-        Err(reason) => return Outcome::failed(FailKind::Io, reason),
+        Err(e) => return Outcome::failed(FailKind::Io, e.to_string()),
     };
     job.report.excluded = p.excluded;
     job.report.bytes_planned = p.bytes();
