@@ -35,6 +35,7 @@ mod reboot;
 mod recovery;
 mod relocate;
 mod relocate_cache;
+mod scale;
 mod skips;
 mod stress;
 mod survey;

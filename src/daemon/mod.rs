@@ -257,7 +257,13 @@ async fn serve(shared: Arc<Shared>, cfg: Config, stop: Stop) -> Result<()> {
     if let Some(t) = metrics_task {
         t.abort();
     }
-    let _ = std::fs::remove_file(&cfg.control_socket);
+    match std::fs::remove_file(&cfg.control_socket) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => tracing::warn!(
+            "cannot remove the control socket {}: {e} (the next start replaces it)",
+            crate::pathtext::text(&cfg.control_socket)
+        ),
+        _ => {}
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
 use std::time::Instant;
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -18,10 +19,12 @@ use crate::io::fsid::FsId;
 mod apply;
 mod error;
 pub mod migrate;
+mod turns;
 
 pub use apply::ScanStats;
 pub use error::StoreError;
 pub use migrate::SCHEMA_VERSION;
+use turns::Turns;
 
 /// A file row and two optional extra columns.
 type RowWithExtra = (FileRecord, Option<(i64, i64)>);
@@ -31,6 +34,8 @@ type RowWithExtra = (FileRecord, Option<(i64, i64)>);
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Writers of this database take turns (see `turns`).
+    turns: Arc<Turns>,
 }
 
 impl Store {
@@ -85,7 +90,8 @@ impl Store {
         };
         // busy_timeout first: switching to WAL needs a lock another
         // connection (another drive's worker) may hold at that moment.
-        // A scan holds the write lock for at most ~100 ms at a time.
+        // A scan holds the write lock for at most ~25 ms at a time, and
+        // this process's writers take turns (`turns`).
         conn.execute_batch(
             "PRAGMA busy_timeout = 30000;
              PRAGMA journal_mode = WAL;
@@ -93,7 +99,11 @@ impl Store {
              PRAGMA cache_size = -16384;",
         )
         .map_err(db)?;
-        match migrate::open(&mut conn).map_err(db)? {
+        let turns = Turns::of(&path);
+        let turn = turns.batch();
+        let opened = migrate::open(&mut conn).map_err(db)?;
+        drop(turn);
+        match opened {
             migrate::Opened::Current => {}
             migrate::Opened::Migrated { from, devices } => tracing::warn!(
                 "state database {} migrated from schema {from} to {SCHEMA_VERSION} \
@@ -102,7 +112,7 @@ impl Store {
             ),
             migrate::Opened::Newer(found) => return Err(StoreError::Version { path, found }),
         }
-        Ok(Store { conn, path })
+        Ok(Store { conn, path, turns })
     }
 
     /// Scans `root` (an absolute directory) and brings the rows under it up
@@ -124,7 +134,7 @@ impl Store {
                 path: root.into(),
                 source,
             })?;
-        let applied = apply::apply(&self.conn, &self.path, rx, &mut stats);
+        let applied = apply::apply(&self.conn, &self.path, &self.turns, rx, &mut stats);
         let (walked, problems) = walker.join().unwrap_or_else(|_| {
             (
                 Err(std::io::Error::other("the walk thread panicked")),
@@ -141,7 +151,7 @@ impl Store {
         }
         let unreadable: Vec<PathBuf> = problems.iter().map(|p| p.path.clone()).collect();
         applied
-            .settle(&self.conn, root, &unreadable, &mut stats)
+            .settle(&self.conn, &self.turns, root, &unreadable, &mut stats)
             .map_err(|source| StoreError::Db {
                 path: self.path.clone(),
                 source,
@@ -271,6 +281,7 @@ impl Store {
         when: i64,
         generation: Option<u32>,
     ) -> Result<bool, StoreError> {
+        let _turn = self.turns.statement();
         let n = self.db(self.conn.execute(
             "UPDATE files SET last_refresh = ?3, generation = COALESCE(?4, generation)
              WHERE fs = ?1 AND ino = ?2",
@@ -283,6 +294,7 @@ impl Store {
     /// file's identity and state (btime, mtime, size) are kept with it: a
     /// file changed since is planned afresh instead of resumed.
     pub fn save_checkpoint(&self, f: &FileRecord, done: u64) -> Result<(), StoreError> {
+        let _turn = self.turns.statement();
         self.db(self.conn.execute(
             "INSERT INTO checkpoints (fs, ino, btime_s, btime_nsec, mtime_s, mtime_nsec, size,
                                       done, updated)
@@ -411,6 +423,7 @@ impl Store {
             Some((old, _)) => 0.7 * old + 0.3 * fresh_bps,
             None => fresh_bps,
         };
+        let _turn = self.turns.statement();
         self.db(self.conn.execute(
             "INSERT INTO baselines (drive, fresh_bps, at, written) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (drive) DO UPDATE SET fresh_bps = excluded.fresh_bps, at = excluded.at,
@@ -421,6 +434,7 @@ impl Store {
     }
 
     pub fn clear_checkpoint(&self, key: FileKey) -> Result<(), StoreError> {
+        let _turn = self.turns.statement();
         self.db(self.conn.execute(
             "DELETE FROM checkpoints WHERE fs = ?1 AND ino = ?2",
             params![key.fs.key(), key.ino as i64],

@@ -419,7 +419,11 @@ fn recover_records(files: Vec<PathBuf>) -> Vec<Recovered> {
             Ok(e) => (e.path.clone(), recover_one(&e)),
         };
         if !matches!(outcome, RecoveryOutcome::Deferred(_)) {
-            let _ = std::fs::remove_file(&file);
+            if let Err(e) = std::fs::remove_file(&file) {
+                // Kept, it is acted on again at the next start: harmless
+                // (a restored file is left), but the operator should know.
+                tracing::warn!(record = %crate::pathtext::Log(&file), "cannot remove a settled recovery record: {e}");
+            }
         }
         match &outcome {
             RecoveryOutcome::Restored => {

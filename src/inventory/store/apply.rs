@@ -9,7 +9,8 @@
 use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -18,6 +19,7 @@ use super::super::scan::{Batch, Entry, Walked};
 use serde::Serialize;
 
 use super::error::StoreError;
+use super::turns::{Turn, Turns};
 use crate::clock::Timestamp;
 use crate::io::fsid::FsId;
 
@@ -41,7 +43,7 @@ pub struct ScanStats {
 }
 
 /// Longest a scan holds the write lock at once.
-pub const GROUP_TIME: Duration = Duration::from_millis(100);
+pub const GROUP_TIME: Duration = Duration::from_millis(25);
 /// Most rows changed in one transaction.
 pub const GROUP_ROWS: u64 = 4096;
 
@@ -60,17 +62,22 @@ struct Known {
 /// dropped open (an error part way).
 struct Group<'c> {
     conn: &'c Connection,
-    open: Option<Instant>,
+    turns: &'c Arc<Turns>,
+    /// While a transaction is open: this writer's turn, and since when.
+    open: Option<(Turn, Instant)>,
     rows: u64,
 }
 
 impl<'c> Group<'c> {
     fn begin(&mut self) -> rusqlite::Result<()> {
         if self.open.is_none() {
-            // IMMEDIATE: the write lock up front, waiting (busy_timeout)
-            // for another writer instead of failing when upgrading.
+            // Our turn first (first come, first served among this
+            // process's writers), then IMMEDIATE: the write lock up front,
+            // waiting (busy_timeout) for another process's writer instead
+            // of failing when upgrading.
+            let turn = self.turns.batch();
             self.conn.execute_batch("BEGIN IMMEDIATE")?;
-            self.open = Some(Instant::now());
+            self.open = Some((turn, Instant::now()));
             self.rows = 0;
         }
         Ok(())
@@ -79,7 +86,7 @@ impl<'c> Group<'c> {
     /// Commits when the group is long enough.
     fn maybe_commit(&mut self) -> rusqlite::Result<()> {
         match self.open {
-            Some(t) if t.elapsed() >= GROUP_TIME || self.rows >= GROUP_ROWS => self.commit(),
+            Some((_, t)) if t.elapsed() >= GROUP_TIME || self.rows >= GROUP_ROWS => self.commit(),
             _ => Ok(()),
         }
     }
@@ -104,6 +111,7 @@ impl Drop for Group<'_> {
 pub(super) fn apply(
     conn: &Connection,
     path: &Path,
+    turns: &Arc<Turns>,
     rx: Receiver<Walked>,
     stats: &mut ScanStats,
 ) -> Result<Applied, StoreError> {
@@ -132,11 +140,25 @@ pub(super) fn apply(
         missing: vec![],
         group: Group {
             conn,
+            turns,
             open: None,
             rows: 0,
         },
     };
-    for msg in rx {
+    loop {
+        // Never wait for the walk with the write lock held: a directory
+        // slow to read would hold up every other writer.
+        let msg = match rx.try_recv() {
+            Ok(m) => m,
+            Err(TryRecvError::Empty) => {
+                a.group.commit().map_err(db)?;
+                match rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => break,
+                }
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
         match msg {
             Walked::Root(fs) => a.root_fs = Some(fs),
             Walked::Dir(batch) => {
@@ -169,12 +191,14 @@ impl Applied {
     pub(super) fn settle(
         self,
         conn: &Connection,
+        turns: &Arc<Turns>,
         root: &Path,
         unreadable: &[PathBuf],
         stats: &mut ScanStats,
     ) -> rusqlite::Result<()> {
         let mut group = Group {
             conn,
+            turns,
             open: None,
             rows: 0,
         };
