@@ -504,10 +504,7 @@ impl Exec<'_, '_> {
 }
 
 fn internal(what: &str) -> ExecError {
-    ExecError::Io {
-        op: "internal error",
-        source: io::Error::other(what.to_string()),
-    }
+    ExecError::Internal(what.to_string())
 }
 
 fn merge_bad(v: &mut Vec<(Range<u64>, io::ErrorKind, Option<i32>)>) {

@@ -93,8 +93,8 @@ impl Default for EngineConfig {
 /// Error starting an engine.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("setting up io_uring: {0}")]
-    Backend(#[source] std::io::Error),
+    #[error("{0}")]
+    Backend(#[source] crate::io::IoError),
     #[error("invalid engine settings: {0}")]
     Config(String),
     #[error("starting the I/O thread: {0}")]

@@ -18,6 +18,7 @@ use io_uring::{opcode, types, IoUring};
 use serde::Serialize;
 
 use super::buffers::BufferPool;
+use super::error::IoError;
 
 /// Which backend ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -40,6 +41,15 @@ impl BackendKind {
 pub enum Op {
     Read,
     Write,
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Op::Read => "read",
+            Op::Write => "write",
+        })
+    }
 }
 
 /// One request: which file handle (epoch), buffer, operation and range.
@@ -415,17 +425,23 @@ pub enum BackendChoice {
 pub fn open_backend(
     choice: BackendChoice,
     pool: BufferPool,
-) -> io::Result<(Box<dyn IoBackend>, Option<String>)> {
+) -> Result<(Box<dyn IoBackend>, Option<String>), IoError> {
     match choice {
         BackendChoice::Sync => Ok((
             Box::new(SyncBackend::new(pool)),
             Some("pread/pwrite requested".to_string()),
         )),
-        BackendChoice::IoUring => Ok((Box::new(UringBackend::new(pool)?), None)),
+        BackendChoice::IoUring => Ok((
+            Box::new(UringBackend::new(pool).map_err(IoError::Setup)?),
+            None,
+        )),
         BackendChoice::Auto => {
             // Probe with a small ring first: the pool is moved into the real one.
             match IoUring::new(2) {
-                Ok(_) => Ok((Box::new(UringBackend::new(pool)?), None)),
+                Ok(_) => Ok((
+                    Box::new(UringBackend::new(pool).map_err(IoError::Setup)?),
+                    None,
+                )),
                 Err(e) => Ok((
                     Box::new(SyncBackend::new(pool)),
                     Some(format!("io_uring unavailable ({e}); using pread/pwrite")),

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use super::account::OwnIo;
 use super::backend::{Completion, IoBackend, Op, Request};
 use super::buffers::BufferPool;
+use super::error::IoError;
 
 /// How long a drain waits for the kernel before it gives the ring up.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
@@ -92,9 +93,9 @@ impl Ring {
 
     /// Opens a handle for one file. Fails when the ring is poisoned or
     /// leftovers of a leaked handle cannot be reaped.
-    pub fn file<'a>(&'a mut self, fd: BorrowedFd<'a>) -> io::Result<FileIo<'a>> {
+    pub fn file<'a>(&'a mut self, fd: BorrowedFd<'a>) -> Result<FileIo<'a>, IoError> {
         if self.poisoned {
-            return Err(io::Error::other("the I/O ring is broken"));
+            return Err(IoError::Poisoned);
         }
         #[cfg(test)]
         let guarded = !test_switch::no_drain();
@@ -103,7 +104,7 @@ impl Ring {
         if guarded && self.backend.in_flight() > 0 {
             if let Err(e) = drain(self.backend.as_mut(), DRAIN_DEADLINE) {
                 self.poisoned = true;
-                return Err(e);
+                return Err(IoError::Drain(e));
             }
         }
         let epoch = self.backend.next_epoch();
@@ -158,7 +159,7 @@ impl FileIo<'_> {
 
     /// Starts `op` of `len` bytes at `offset` with buffer `buf`. The caller
     /// must not touch the buffer until its completion comes back.
-    pub fn submit(&mut self, buf: usize, op: Op, offset: u64, len: usize) -> io::Result<()> {
+    pub fn submit(&mut self, buf: usize, op: Op, offset: u64, len: usize) -> Result<(), IoError> {
         let req = Request {
             epoch: self.epoch,
             fd: self.fd.as_raw_fd(),
@@ -175,7 +176,12 @@ impl FileIo<'_> {
         // SAFETY: the fd is borrowed for the handle's life and `Drop`
         // reaps every request before that ends; a leaked handle's requests
         // are reaped by the next `Ring::file` before anything else runs.
-        unsafe { self.ring.backend.submit(req) }?;
+        unsafe { self.ring.backend.submit(req) }.map_err(|source| IoError::Submit {
+            op,
+            offset,
+            len,
+            source,
+        })?;
         if op == Op::Read {
             self.ring.own.read_started();
         }
@@ -193,9 +199,9 @@ impl FileIo<'_> {
 
     /// The next completion of this file, waiting at most `timeout`.
     /// Completions of other epochs (a leaked handle's) are dropped.
-    pub fn wait(&mut self, timeout: Duration) -> io::Result<Option<Completion>> {
+    pub fn wait(&mut self, timeout: Duration) -> Result<Option<Completion>, IoError> {
         loop {
-            let c = self.ring.backend.wait(timeout);
+            let c = self.ring.backend.wait(timeout).map_err(IoError::Wait);
             #[cfg(test)]
             if test_switch::no_drain() {
                 return c;
@@ -220,15 +226,17 @@ impl FileIo<'_> {
 
     /// Reaps everything in flight (discarding the results); on failure the
     /// ring is poisoned.
-    pub fn drain(&mut self) -> io::Result<()> {
-        let r = drain(self.ring.backend.as_mut(), DRAIN_DEADLINE);
+    pub fn drain(&mut self) -> Result<(), IoError> {
+        let r = drain(self.ring.backend.as_mut(), DRAIN_DEADLINE).map_err(IoError::Drain);
         if r.is_err() {
             self.ring.poisoned = true;
         }
         r
     }
 
-    /// One request, waited for. Only when nothing else is in flight.
+    /// One request, waited for. Only when nothing else is in flight. A
+    /// failure of the ring and the request's own error read alike (the
+    /// kind is kept).
     pub fn sync(&mut self, buf: usize, op: Op, offset: u64, len: usize) -> io::Result<usize> {
         debug_assert_eq!(self.in_flight(), 0, "sync request with others in flight");
         self.submit(buf, op, offset, len)?;

@@ -4,7 +4,8 @@
 //! - [`backend`]: io_uring (or plain syscalls) behind one trait, with
 //!   registered buffers; [`fileio`]: the per-file handle that owns every
 //!   request in flight; [`buffers`]: aligned memory for O_DIRECT;
-//!   [`account`]: the completed requests, counted for whoever paces them.
+//!   [`account`]: the completed requests, counted for whoever paces them;
+//!   [`error`]: what fails in the layer itself ([`IoError`]).
 //! - [`syscalls`]: the raw calls the standard library lacks (FIEMAP,
 //!   leases, MOVE_EXT, FIDEDUPERANGE, ioprio, mincore, …).
 //! - [`resolve`]: paths opened beneath a root without following links
@@ -15,6 +16,7 @@
 pub mod account;
 pub mod backend;
 pub mod buffers;
+pub mod error;
 pub mod fileio;
 pub mod fsid;
 pub mod refused;
@@ -22,3 +24,5 @@ pub mod resolve;
 pub mod syscalls;
 #[cfg(test)]
 pub(crate) mod testdev;
+
+pub use error::IoError;

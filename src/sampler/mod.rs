@@ -215,13 +215,13 @@ impl Reader {
         let mut next = off;
         let end = off + len;
         let mut free: Vec<usize> = (0..DEPTH).collect();
-        let mut first_err = None;
+        let mut first_err: Option<io::Error> = None;
         loop {
             while first_err.is_none() && next < end {
                 let Some(b) = free.pop() else { break };
                 let n = (end - next).min(REQ as u64) as usize;
                 if let Err(e) = io.submit(b, Op::Read, next, n) {
-                    first_err = Some(e);
+                    first_err = Some(e.into());
                     break;
                 }
                 next += n as u64;

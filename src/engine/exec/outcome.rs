@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use crate::engine::safety::watch::StopReason;
+use crate::io::IoError;
 
 /// Options of one run.
 #[derive(Debug, Clone, Copy)]
@@ -38,10 +39,13 @@ pub enum ExecError {
         offset: u64,
         len: u64,
     },
+    /// The ring failed (not a request: its errors are narrowed).
     Io {
         op: &'static str,
-        source: io::Error,
+        source: IoError,
     },
+    /// A broken invariant of the executor itself.
+    Internal(String),
 }
 
 impl std::fmt::Display for ExecError {
@@ -59,6 +63,7 @@ impl std::fmt::Display for ExecError {
                 "verify: {len} bytes at offset {offset} read back differently twice"
             ),
             ExecError::Io { op, source } => write!(f, "{op}: {source}"),
+            ExecError::Internal(what) => write!(f, "internal error: {what}"),
         }
     }
 }

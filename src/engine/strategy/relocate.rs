@@ -81,7 +81,7 @@ pub fn read_pieces(
             let n = (c.end() - next).min(piece) as usize;
             if let Err(e) = io.submit(b, Op::Read, next, n) {
                 free.push(b);
-                error = Some(e);
+                error = Some(e.into());
                 break;
             }
             at[b] = (next, n);
@@ -96,7 +96,7 @@ pub fn read_pieces(
             Err(e) => {
                 // The handle drains (or poisons the ring) on its own.
                 let _ = io.drain();
-                return Err(error.unwrap_or(e));
+                return Err(error.unwrap_or_else(|| e.into()));
             }
         };
         let Some(&(off, n)) = at.get(done.buf) else {
