@@ -30,20 +30,26 @@ pub fn start(cfg: Coordination, state_dir: &Path, rt: &tokio::runtime::Handle) -
 
 /// What `check-config` asks etcd: can it be reached, do the credentials
 /// work, can the group's queue be read. `Ok` says what it found.
-pub fn probe(cfg: &Coordination) -> Result<String, String> {
+pub fn probe(cfg: &Coordination) -> Result<String, SessionError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("starting a runtime: {e}"))?;
+        .map_err(SessionError::Runtime)?;
     rt.block_on(async {
         let mut s = Session::open(cfg)
             .await
-            .map_err(|why| format!("etcd ({}): {why}", cfg.etcd_endpoints.join(", ")))?;
+            .map_err(|why| SessionError::Unreachable {
+                endpoints: cfg.etcd_endpoints.join(", "),
+                source: Box::new(why),
+            })?;
         let prefix = format!("{}/{}/queue/", cfg.prefix, cfg.group);
         let opts = GetOptions::new().with_prefix().with_count_only();
         let n = with_timeout(s.timeout, s.client.get(prefix.clone(), Some(opts)))
             .await
-            .map_err(|why| format!("etcd: reading {prefix}: {why}"))?
+            .map_err(|why| SessionError::Read {
+                prefix: prefix.clone(),
+                source: Box::new(why),
+            })?
             .count();
         let _ = with_timeout(s.timeout, s.client.lease_revoke(s.lease)).await;
         Ok(format!(
@@ -117,6 +123,79 @@ async fn run(fleet: Arc<Fleet>, lease_file: PathBuf) {
     }
 }
 
+/// Why a session could not be had or was lost.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// What etcd (or the transport) said, without its noise.
+    #[error("{0}")]
+    Etcd(String),
+    #[error("etcd did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("connecting timed out")]
+    ConnectTimeout,
+    #[error("reading {what} {}: {source}", .path.display())]
+    File {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no keep-alive answer in time")]
+    KeepAliveTimeout,
+    #[error("the keep-alive stream ended")]
+    KeepAliveEnded,
+    #[error("the lease expired")]
+    LeaseExpired,
+    /// Every endpoint failed: each one's reason.
+    #[error("{}", .0.iter().map(|(e, why)| format!("{e}: {why}")).collect::<Vec<_>>().join("; "))]
+    Endpoints(Vec<(String, SessionError)>),
+    /// TLS without a client certificate was refused, maybe for wanting one.
+    #[error("{0} (if etcd runs with --client-cert-auth, set cert_file and key_file)")]
+    ClientCertificate(Box<SessionError>),
+    #[error("starting a runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("etcd ({endpoints}): {source}")]
+    Unreachable {
+        endpoints: String,
+        #[source]
+        source: Box<SessionError>,
+    },
+    #[error("etcd: reading {prefix}: {source}")]
+    Read {
+        prefix: String,
+        #[source]
+        source: Box<SessionError>,
+    },
+    #[error("leaving")]
+    Leaving,
+}
+
+/// Whether the group's members agree on `max_concurrent`.
+#[derive(Debug)]
+enum Agreement {
+    Agrees,
+    /// It does not: etcd has `theirs` under `key`.
+    Disagrees {
+        group: String,
+        key: String,
+        theirs: Option<String>,
+        ours: String,
+    },
+}
+
+impl std::fmt::Display for Agreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Agreement::Agrees => f.write_str("the group agrees"),
+            Agreement::Disagrees { group, key, theirs, ours } => write!(
+                f,
+                "group {group} has max_concurrent = {} in etcd ({key}) but this daemon is configured with {ours}: every member of a group must agree; not refreshing in it (fix the config, or set the key: etcdctl put {key} N)",
+                theirs.as_deref().unwrap_or("?")
+            ),
+        }
+    }
+}
+
 /// The message of an etcd error, without the transport's noise.
 fn describe(e: &etcd_client::Error) -> String {
     match e {
@@ -147,12 +226,16 @@ fn describe(e: &etcd_client::Error) -> String {
 }
 
 /// TLS to etcd, with `ca_file` (and a client certificate if given).
-fn tls_options(cfg: &Coordination) -> Result<Option<etcd_client::TlsOptions>, String> {
+fn tls_options(cfg: &Coordination) -> Result<Option<etcd_client::TlsOptions>, SessionError> {
     let Some(ca) = &cfg.ca_file else {
         return Ok(None);
     };
-    let read = |p: &Path, what: &str| {
-        std::fs::read(p).map_err(|e| format!("reading {what} {}: {e}", p.display()))
+    let read = |p: &Path, what: &'static str| {
+        std::fs::read(p).map_err(|source| SessionError::File {
+            what,
+            path: p.to_path_buf(),
+            source,
+        })
     };
     let mut tls = etcd_client::TlsOptions::new()
         .ca_certificate(etcd_client::Certificate::from_pem(read(ca, "ca_file")?));
@@ -178,10 +261,11 @@ struct Session {
 }
 
 impl Session {
-    async fn open(cfg: &Coordination) -> Result<Session, String> {
+    async fn open(cfg: &Coordination) -> Result<Session, SessionError> {
         Session::connect(cfg).await.map_err(|why| {
-            if cfg.ca_file.is_some() && cfg.cert_file.is_none() && !why.contains("certificate") {
-                format!("{why} (if etcd runs with --client-cert-auth, set cert_file and key_file)")
+            let no_cert = cfg.ca_file.is_some() && cfg.cert_file.is_none();
+            if no_cert && !why.to_string().contains("certificate") {
+                SessionError::ClientCertificate(Box::new(why))
             } else {
                 why
             }
@@ -191,7 +275,7 @@ impl Session {
     /// A session with the first endpoint that works, starting one further
     /// each time: the client's balancer sends requests to a member that is
     /// down as well, so one dead member would fail every session.
-    async fn connect(cfg: &Coordination) -> Result<Session, String> {
+    async fn connect(cfg: &Coordination) -> Result<Session, SessionError> {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = cfg.etcd_endpoints.len().max(1);
         let first = NEXT.fetch_add(1, Ordering::Relaxed) % n;
@@ -203,13 +287,13 @@ impl Session {
             match Session::connect_to(cfg, endpoint).await {
                 Ok(s) => return Ok(s),
                 Err(why) if n == 1 => return Err(why),
-                Err(why) => errors.push(format!("{endpoint}: {why}")),
+                Err(why) => errors.push((endpoint.clone(), why)),
             }
         }
-        Err(errors.join("; "))
+        Err(SessionError::Endpoints(errors))
     }
 
-    async fn connect_to(cfg: &Coordination, endpoint: &str) -> Result<Session, String> {
+    async fn connect_to(cfg: &Coordination, endpoint: &str) -> Result<Session, SessionError> {
         let timeout = (cfg.lease_ttl / 3).min(Duration::from_secs(2));
         // An expired auth token (etcd's simple tokens live 5 minutes by
         // default) is renewed by the client, not taken for a lost session.
@@ -218,8 +302,11 @@ impl Session {
             .with_timeout(timeout)
             .with_auto_token_refresh(true);
         if let (Some(user), Some(file)) = (&cfg.user, &cfg.password_file) {
-            let pw = std::fs::read_to_string(file)
-                .map_err(|e| format!("reading password_file {}: {e}", file.display()))?;
+            let pw = std::fs::read_to_string(file).map_err(|source| SessionError::File {
+                what: "password_file",
+                path: file.clone(),
+                source,
+            })?;
             opts = opts.with_user(user.clone(), pw.trim_end_matches(['\n', '\r']).to_string());
         }
         if let Some(tls) = tls_options(cfg)? {
@@ -228,8 +315,8 @@ impl Session {
         let connect = Client::connect([endpoint], Some(opts));
         let mut client = tokio::time::timeout(timeout * 2, connect)
             .await
-            .map_err(|_| "connecting timed out".to_string())?
-            .map_err(|e| describe(&e))?;
+            .map_err(|_| SessionError::ConnectTimeout)?
+            .map_err(|e| SessionError::Etcd(describe(&e)))?;
         let ttl = cfg.lease_ttl.as_secs() as i64;
         let lease = with_timeout(timeout, client.lease_grant(ttl, None))
             .await?
@@ -248,12 +335,12 @@ impl Session {
 
     /// Keeps the lease alive and the queue ranked until a request fails;
     /// returns why.
-    async fn serve(&mut self, fleet: &Fleet) -> String {
+    async fn serve(&mut self, fleet: &Fleet) -> SessionError {
         let mut next_keepalive = Instant::now();
         let mut until = Instant::now();
         loop {
             if fleet.leaving.load(Ordering::Relaxed) {
-                return "leaving".into();
+                return SessionError::Leaving;
             }
             if Instant::now() >= next_keepalive {
                 let sent = Instant::now();
@@ -277,23 +364,23 @@ impl Session {
         }
     }
 
-    async fn keep_alive(&mut self) -> Result<(), String> {
+    async fn keep_alive(&mut self) -> Result<(), SessionError> {
         let round = async {
             self.keeper.keep_alive().await?;
             self.stream.message().await
         };
         match tokio::time::timeout(self.timeout, round).await {
-            Err(_) => Err("no keep-alive answer in time".into()),
-            Ok(Err(e)) => Err(describe(&e)),
-            Ok(Ok(None)) => Err("the keep-alive stream ended".into()),
-            Ok(Ok(Some(r))) if r.ttl() <= 0 => Err("the lease expired".into()),
+            Err(_) => Err(SessionError::KeepAliveTimeout),
+            Ok(Err(e)) => Err(SessionError::Etcd(describe(&e))),
+            Ok(Ok(None)) => Err(SessionError::KeepAliveEnded),
+            Ok(Ok(Some(r))) if r.ttl() <= 0 => Err(SessionError::LeaseExpired),
             Ok(Ok(Some(_))) => Ok(()),
         }
     }
 
     /// Deletes released keys; for each group: checks it agrees on
     /// `max_concurrent`, puts new keys, reads the queue and ranks.
-    async fn sync(&mut self, fleet: &Fleet, until: Instant) -> Result<(), String> {
+    async fn sync(&mut self, fleet: &Fleet, until: Instant) -> Result<(), SessionError> {
         let released = std::mem::take(&mut fleet.lock().released);
         for key in released {
             with_timeout(self.timeout, self.client.delete(key, None)).await?;
@@ -301,15 +388,15 @@ impl Session {
         for group in fleet.groups() {
             if !self.agreed.contains(&group) {
                 match self.agree(fleet, &group).await? {
-                    Ok(()) => {
+                    Agreement::Agrees => {
                         fleet.lock().refused.remove(&group);
                         self.agreed.insert(group.clone());
                     }
-                    Err(why) => {
+                    why => {
                         if !fleet.refused(&group) {
                             tracing::error!("{why}");
                         }
-                        fleet.refuse(&group, &why);
+                        fleet.refuse(&group, &why.to_string());
                         continue;
                     }
                 }
@@ -322,8 +409,8 @@ impl Session {
 
     /// Records the group's `max_concurrent` in etcd if nobody has, else
     /// compares: members that disagree would let more drives refresh at
-    /// once than some of them allow. `Ok(Err(why))`: it disagrees.
-    async fn agree(&mut self, fleet: &Fleet, group: &str) -> Result<Result<(), String>, String> {
+    /// once than some of them allow.
+    async fn agree(&mut self, fleet: &Fleet, group: &str) -> Result<Agreement, SessionError> {
         let key = format!("{}/{group}/max_concurrent", fleet.cfg.prefix);
         let ours = fleet.cfg.max_concurrent.to_string();
         let txn = Txn::new()
@@ -333,7 +420,7 @@ impl Session {
         let r = with_timeout(self.timeout, self.client.txn(txn)).await?;
         if r.succeeded() {
             tracing::info!(group, max_concurrent = %ours, "recorded the group's max_concurrent in etcd");
-            return Ok(Ok(()));
+            return Ok(Agreement::Agrees);
         }
         let theirs = r.op_responses().into_iter().find_map(|o| match o {
             TxnOpResponse::Get(g) => g
@@ -343,11 +430,13 @@ impl Session {
             _ => None,
         });
         match theirs {
-            Some(t) if t == ours => Ok(Ok(())),
-            t => Ok(Err(format!(
-                "group {group} has max_concurrent = {} in etcd ({key}) but this daemon is configured with {ours}: every member of a group must agree; not refreshing in it (fix the config, or set the key: etcdctl put {key} N)",
-                t.as_deref().unwrap_or("?")
-            ))),
+            Some(t) if t == ours => Ok(Agreement::Agrees),
+            theirs => Ok(Agreement::Disagrees {
+                group: group.to_string(),
+                key,
+                theirs,
+                ours,
+            }),
         }
     }
 
@@ -357,7 +446,7 @@ impl Session {
         fleet: &Fleet,
         group: &str,
         until: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), SessionError> {
         let prefix = format!("{}/{group}/queue/", fleet.cfg.prefix);
         let unqueued: Vec<Arc<TicketShared>> = fleet
             .lock()
@@ -406,10 +495,10 @@ impl Session {
 async fn with_timeout<T>(
     d: Duration,
     f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, String> {
+) -> Result<T, SessionError> {
     match tokio::time::timeout(d, f).await {
         Ok(Ok(t)) => Ok(t),
-        Ok(Err(e)) => Err(describe(&e)),
-        Err(_) => Err(format!("etcd did not answer within {d:?}")),
+        Ok(Err(e)) => Err(SessionError::Etcd(describe(&e))),
+        Err(_) => Err(SessionError::Timeout(d)),
     }
 }

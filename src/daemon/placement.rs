@@ -220,7 +220,7 @@ pub fn check(cfg: &Config) -> Vec<Problem> {
     #[cfg(feature = "fleet")]
     if let Some(c) = &cfg.coordination {
         if let Err(m) = crate::coordination::probe(c) {
-            out.push(at(c.endpoints_at, m));
+            out.push(at(c.endpoints_at, m.to_string()));
         }
     }
     out.sort_by_key(|q| q.at);

@@ -280,12 +280,6 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
     }
 }
 
-/// Shows why a request waits in the drive's `error`, and takes the note
-/// back once it no longer holds (unless something else replaced it).
-
-/// Opens the state database, retrying with backoff (1 s doubling to 60 s)
-/// while it fails: the drive shows the error in `refreshctl status` and
-/// `refreshd_store_up{device} 0` until it opens. `None` when stopping.
 /// When a file under the drive's trees was last refreshed, from the
 /// database (the status after a restart).
 fn last_refresh(store: &Store, cell: &DriveCell) -> Option<i64> {
@@ -295,6 +289,9 @@ fn last_refresh(store: &Store, cell: &DriveCell) -> Option<i64> {
         .max()
 }
 
+/// Opens the state database, retrying with backoff (1 s doubling to 60 s)
+/// while it fails: the drive shows the error in `refreshctl status` and
+/// `refreshd_store_up{device} 0` until it opens. `None` when stopping.
 fn open_store(shared: &Shared, cell: &DriveCell) -> Option<Store> {
     let mut backoff = Duration::from_secs(1);
     let up = shared.metrics.store_up.get_or_create(&super::metrics::Dev {
