@@ -28,5 +28,5 @@ pub mod show;
 pub mod state;
 pub mod units;
 
-pub use request::{parse_request, Request, Verb, DEFAULT_SOCKET, MAX_LINE, VERSION};
+pub use request::{parse_request, Request, RequestError, Verb, DEFAULT_SOCKET, MAX_LINE, VERSION};
 pub use response::Response;

@@ -75,23 +75,31 @@ impl Verb {
     }
 }
 
-/// Parses one request line, with an error fit to send back.
-pub fn parse_request(line: &str) -> Result<Request, String> {
-    let mut v: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("bad request: not JSON ({e})"))?;
-    let obj = v
-        .as_object_mut()
-        .ok_or_else(|| "bad request: not a JSON object".to_string())?;
+/// Why a request line is refused (the message is sent back).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("bad request: not JSON ({0})")]
+    NotJson(#[source] serde_json::Error),
+    #[error("bad request: not a JSON object")]
+    NotObject,
+    #[error("bad request: missing protocol version \"v\"")]
+    NoVersion,
+    #[error("protocol version {0} is not supported (this daemon speaks {VERSION})")]
+    Version(u64),
+    #[error("bad request: {0}")]
+    Verb(#[source] serde_json::Error),
+}
+
+/// Parses one request line.
+pub fn parse_request(line: &str) -> Result<Request, RequestError> {
+    let mut v: serde_json::Value = serde_json::from_str(line).map_err(RequestError::NotJson)?;
+    let obj = v.as_object_mut().ok_or(RequestError::NotObject)?;
     match obj.remove("v").as_ref().and_then(serde_json::Value::as_u64) {
         Some(n) if n == u64::from(VERSION) => {}
-        Some(n) => {
-            return Err(format!(
-                "protocol version {n} is not supported (this daemon speaks {VERSION})"
-            ))
-        }
-        None => return Err("bad request: missing protocol version \"v\"".into()),
+        Some(n) => return Err(RequestError::Version(n)),
+        None => return Err(RequestError::NoVersion),
     }
-    let verb = serde_json::from_value(v).map_err(|e| format!("bad request: {e}"))?;
+    let verb = serde_json::from_value(v).map_err(RequestError::Verb)?;
     Ok(Request { v: VERSION, verb })
 }
 
@@ -109,10 +117,12 @@ mod tests {
                 force: true,
             },
         };
-        assert_eq!(parse_request(&r.encode()), Ok(r));
+        assert_eq!(parse_request(&r.encode()).ok(), Some(r));
         assert_eq!(
-            parse_request(r#"{"v":1,"verb":"status"}"#).map(|r| r.verb),
-            Ok(Verb::Status {})
+            parse_request(r#"{"v":1,"verb":"status"}"#)
+                .map(|r| r.verb)
+                .ok(),
+            Some(Verb::Status {})
         );
         for (bad, says) in [
             ("garbage", "not JSON"),
@@ -122,7 +132,7 @@ mod tests {
             (r#"{"v":1,"verb":"status","extra":1}"#, "unknown field"),
             (r#"{"v":1,"verb":"now","force":"yes"}"#, "invalid type"),
         ] {
-            let e = parse_request(bad).expect_err(bad);
+            let e = parse_request(bad).expect_err(bad).to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
     }

@@ -184,7 +184,7 @@ fn handle(text: &str, peer: Peer, shared: &Shared) -> Response {
         Ok(r) => r,
         Err(e) => {
             count(shared, "invalid", "error");
-            return Response::err(e);
+            return Response::err(e.to_string());
         }
     };
     let verb = req.verb;

@@ -185,7 +185,7 @@ fn open(t: &Target, cfg: &EngineConfig) -> Result<(Opened, bool), Box<FileReport
     // relocate: no lease (others may keep the file open). auto: in place
     // under a lease when we can have one, relocation when someone else has
     // the file open.
-    let lease = cfg.strategy != Strategy::Relocate && !sw.no_lease;
+    let lease = cfg.strategy != Strategy::Relocate && !sw.no_lease();
     let mut relocate = cfg.strategy == Strategy::Relocate;
     let opened = match guard::open(t, lease) {
         Err(Refusal::Skip(SkipReason::InUse, _)) if cfg.strategy == Strategy::Auto => {
@@ -197,7 +197,7 @@ fn open(t: &Target, cfg: &EngineConfig) -> Result<(Opened, bool), Box<FileReport
     // A write would strip its setuid bit or file capabilities: never
     // written in place; relocated (no write of the file) or skipped.
     let opened = match opened {
-        Ok(o) if !relocate && !sw.strip_privileges && o.strips.is_some() => {
+        Ok(o) if !relocate && !sw.strip_privileges() && o.strips.is_some() => {
             let what = o.strips.unwrap_or_default();
             if cfg.strategy == Strategy::Auto {
                 release(o);
@@ -395,14 +395,14 @@ fn finish(
     // must never be put back; a failed restore keeps it for recovery.
     let mut settled = true;
     let mut attrs = s.attrs;
-    if done.wrote_in_place && !cfg.unsafe_switches.no_time_restore {
+    if done.wrote_in_place && !cfg.unsafe_switches.no_time_restore() {
         if failure.is_some() {
             // Never put an old mtime over somebody's newer write.
         } else if clock.still_ours(TIMES_MARGIN) {
             #[cfg(test)]
             crate::engine::test_hooks::at(fd, crate::engine::test_hooks::Point::BeforeTimes);
             let may = match attrs.as_deref_mut() {
-                _ if cfg.unsafe_switches.ignore_others_times => Ok(()),
+                _ if cfg.unsafe_switches.ignore_others_times() => Ok(()),
                 Some(a) => a.may_restore(fd),
                 None => Err("no watch for other processes' attribute changes"),
             };

@@ -85,7 +85,7 @@ impl Default for EngineConfig {
             journal: None,
             pace: PaceSettings::default(),
             pace_status: Arc::default(),
-            unsafe_switches: UnsafeSwitches::default(),
+            unsafe_switches: Default::default(),
         }
     }
 }

@@ -54,32 +54,63 @@ pub enum IoPriority {
     Inherit,
 }
 
-/// Test-only switches that turn single guards off, so that tests can show
-/// what each guard protects. Never set by the command line or the config.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UnsafeSwitches {
+/// Declares the test-only switches: in a test build (`cfg(test)` or the
+/// `test-switches` feature, which only the tests' dev-dependency turns
+/// on) a struct of booleans a test sets; in any other build a unit struct
+/// whose every switch is the constant `false`, so the guards cannot be
+/// turned off and the code that would do so compiles away.
+macro_rules! switches {
+    ($( $(#[doc = $doc:literal])* $name:ident, )*) => {
+        /// Test-only switches that turn single guards off, so that tests
+        /// can show what each guard protects. Never set by the command
+        /// line or the config; absent from release builds.
+        #[cfg(any(test, feature = "test-switches"))]
+        #[doc(hidden)]
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct UnsafeSwitches {
+            $( $(#[doc = $doc])* pub $name: bool, )*
+        }
+
+        #[cfg(any(test, feature = "test-switches"))]
+        impl UnsafeSwitches {
+            $( #[inline] pub fn $name(&self) -> bool { self.$name } )*
+        }
+
+        /// No switch: every guard is on.
+        #[cfg(not(any(test, feature = "test-switches")))]
+        #[doc(hidden)]
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct UnsafeSwitches;
+
+        #[cfg(not(any(test, feature = "test-switches")))]
+        impl UnsafeSwitches {
+            $( #[inline] pub const fn $name(&self) -> bool { false } )*
+        }
+    };
+}
+
+switches! {
     /// Do not take the write lease: concurrent writes can be lost.
-    pub no_lease: bool,
+    no_lease,
     /// Write holes and unwritten extents too: allocation changes.
-    pub write_holes: bool,
+    write_holes,
     /// Write the unaligned tail as a full direct block: the file grows.
-    pub direct_tail: bool,
+    direct_tail,
     /// Do not restore atime/mtime.
-    pub no_time_restore: bool,
+    no_time_restore,
     /// Do not check free space on copy-on-write filesystems.
-    pub no_space_check: bool,
+    no_space_check,
     /// Write buffers whose read failed.
-    pub write_failed_reads: bool,
+    write_failed_reads,
     /// No bound on the bytes of writes in flight under a lease.
-    pub unbounded_writes: bool,
+    unbounded_writes,
     /// Relocation: no layout re-check before FIDEDUPERANGE (a hole punched
     /// meanwhile is filled with allocated zeros).
-    pub no_layout_recheck: bool,
+    no_layout_recheck,
     /// Write files in place even when the kernel would strip their setuid
     /// bit or file capabilities.
-    pub strip_privileges: bool,
+    strip_privileges,
     /// Put the saved times back even when another process changed the
     /// file's times or attributes meanwhile.
-    pub ignore_others_times: bool,
+    ignore_others_times,
 }

@@ -132,8 +132,8 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
         align,
         chunk,
         rewrite_shared: cfg.rewrite_shared,
-        unsafe_write_holes: sw.write_holes,
-        unsafe_direct_tail: sw.direct_tail,
+        unsafe_write_holes: sw.write_holes(),
+        unsafe_direct_tail: sw.direct_tail(),
     };
     let p = match plan::for_file(fd, &params) {
         Ok(p) => p,
@@ -149,7 +149,7 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
     if cfg.dry_run {
         return Done::new(Outcome::WouldRefresh, false);
     }
-    let watermark = if (o.fs.is_cow() || cfg.rewrite_shared) && !sw.no_space_check {
+    let watermark = if (o.fs.is_cow() || cfg.rewrite_shared) && !sw.no_space_check() {
         Some(
             cfg.min_free
                 .map_or_else(|| fs_bytes(fd).unwrap_or(0) / 20, |b| b.0),
@@ -205,8 +205,8 @@ pub(crate) fn run(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Done {
         align,
         verify: cfg.verify,
         lease_break,
-        unsafe_write_failed_reads: sw.write_failed_reads,
-        unsafe_unbounded_writes: sw.unbounded_writes,
+        unsafe_write_failed_reads: sw.write_failed_reads(),
+        unsafe_unbounded_writes: sw.unbounded_writes(),
     };
     let r = exec::run_direct(fio, &direct, job.throttle, &mut watch, xp, job.progress);
     let report = &mut *job.report;

@@ -418,7 +418,7 @@ fn relocate(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Outcome {
         buf: vec![0u8; PIECE],
         io: fio,
         moved: 0,
-        no_layout_recheck: cfg.unsafe_switches.no_layout_recheck,
+        no_layout_recheck: cfg.unsafe_switches.no_layout_recheck(),
     };
     let outcome = relocate_units(r, &units, job);
     let _ = fcntl_setfl(orig, fl);
@@ -470,7 +470,7 @@ fn relocate_units(mut r: Relocator<'_, '_>, units: &[Chunk], job: &mut FileJob<'
             break;
         }
         let free = free_bytes(orig);
-        if !cfg.unsafe_switches.no_space_check && free < watermark.saturating_add(u.len) {
+        if !cfg.unsafe_switches.no_space_check() && free < watermark.saturating_add(u.len) {
             let why = StopReason::LowSpace { free, watermark }.to_string();
             outcome = Some(if i == 1 {
                 Outcome::Skipped {
