@@ -43,12 +43,12 @@ pub enum Op {
     Write,
 }
 
-impl std::fmt::Display for Op {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
             Op::Read => "read",
             Op::Write => "write",
-        })
+        }
     }
 }
 

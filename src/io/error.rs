@@ -3,8 +3,6 @@
 
 use std::io;
 
-use super::backend::Op;
-
 #[derive(Debug, thiserror::Error)]
 pub enum IoError {
     #[error("setting up io_uring: {0}")]
@@ -13,7 +11,8 @@ pub enum IoError {
     Poisoned,
     #[error("submitting a {op} of {len} bytes at offset {offset}: {source}")]
     Submit {
-        op: Op,
+        /// "read" or "write".
+        op: &'static str,
         offset: u64,
         len: usize,
         #[source]

@@ -177,7 +177,7 @@ impl FileIo<'_> {
         // reaps every request before that ends; a leaked handle's requests
         // are reaped by the next `Ring::file` before anything else runs.
         unsafe { self.ring.backend.submit(req) }.map_err(|source| IoError::Submit {
-            op,
+            op: op.name(),
             offset,
             len,
             source,

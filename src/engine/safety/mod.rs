@@ -3,7 +3,8 @@
 //!
 //! - [`guard`]: opening a file only when it is what was planned (a regular
 //!   file beneath its root, not a link, not another file now), and the
-//!   refusals that skip it.
+//!   refusals that skip it; [`target`] names it, [`meta`] is what the
+//!   kernel says of it.
 //! - [`lease`]: the write lease that keeps other openers out, and the
 //!   bound on writes in flight under it.
 //! - [`plan`]: which ranges are rewritten (data only: never holes,
@@ -18,5 +19,7 @@ pub mod attrwatch;
 pub mod guard;
 pub mod journal;
 pub mod lease;
+pub mod meta;
 pub mod plan;
+pub mod target;
 pub mod watch;
