@@ -18,7 +18,10 @@ static DEFAULTS: std::sync::LazyLock<Settings> = std::sync::LazyLock::new(Settin
 #[command(
     name = "refreshd",
     version,
-    about = "Keeps data on drift-prone SSDs fast by rewriting stale files in place, safely"
+    about = "Keeps data on drift-prone SSDs fast by rewriting stale files in place, safely",
+    // `--help` and `<verb> --help`; no `help` verb (its man page would
+    // not exist).
+    disable_help_subcommand = true
 )]
 pub struct Cli {
     /// More log output (-v info, -vv debug); RUST_LOG overrides.
@@ -90,6 +93,12 @@ pub struct RefreshArgs {
     /// Files or directories (recursive, one filesystem, symlinks never followed).
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
+    /// Only files whose data is at least this old (since the later of
+    /// the mtime and the daemon's last refresh of it, when --state-dir or
+    /// /var/lib/refreshd holds its record). Applies to the files found in
+    /// directories; files named on the command line are always refreshed.
+    #[arg(long, value_name = "DURATION")]
+    pub stale_after: Option<HumanDuration>,
     /// Throttle, e.g. "50MiB/s" (default: unthrottled).
     #[arg(long, value_name = "BYTES/s")]
     pub rate: Option<Rate>,

@@ -97,6 +97,22 @@ pub fn believable(t: i64, now: i64) -> Option<i64> {
 }
 
 /// The local time of day, in minutes after midnight (maintenance windows).
+/// The age of a file's data at `now`: since the later of its mtime and
+/// its last refresh, never negative; a time from a wrong clock (in the
+/// future) is not believed, and unknown is the oldest there is. The one
+/// definition of staleness: the inventory, the plan, the survey and the
+/// one-shot's `--stale-after` all use it.
+pub fn data_age(mtime: i64, last_refresh: Option<i64>, now: i64) -> std::time::Duration {
+    let m = believable(mtime, now);
+    let r = last_refresh.and_then(|r| believable(r, now));
+    match m.max(r) {
+        Some(t) => {
+            std::time::Duration::from_secs(u64::try_from(now.saturating_sub(t)).unwrap_or(0))
+        }
+        None => std::time::Duration::MAX,
+    }
+}
+
 pub fn local_minute() -> u16 {
     // SAFETY: localtime_r with valid pointers; time(NULL) cannot fail.
     unsafe {

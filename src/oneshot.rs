@@ -41,11 +41,14 @@ pub struct RefreshOptions {
     pub state_dir: Option<PathBuf>,
     /// Yielding to other I/O on the drive, and request priorities.
     pub pace: crate::engine::PaceSettings,
+    /// Leave files found in directories alone when their data is younger
+    /// (`None`: every file).
+    pub stale_after: Option<std::time::Duration>,
 }
 
-/// Where the daemon keeps its state by default, and the one-shot its
-/// recovery journal.
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/refreshd";
+mod age;
+
+pub use crate::config::DEFAULT_STATE_DIR;
 
 /// Errors that stop the command before any file is touched.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +130,9 @@ pub struct Summary {
     pub backend_note: Option<String>,
     /// Time spent yielding to other processes' I/O (`--yield auto`).
     pub yielded_seconds: f64,
+    /// Files found in directories left alone as younger than
+    /// `--stale-after`.
+    pub younger: u64,
 }
 
 impl Summary {
@@ -171,6 +177,12 @@ impl Summary {
             format_size(self.bytes_per_second as u64),
             self.backend
         );
+        if self.younger > 0 {
+            line.push_str(&format!(
+                "; {} younger file(s) left alone (--stale-after)",
+                self.younger
+            ));
+        }
         if self.yielded_seconds >= 0.05 {
             line.push_str(&format!(
                 "; yielded to other I/O for {:.1} s",
@@ -183,7 +195,23 @@ impl Summary {
 
 /// Runs the command; returns the exit code (0 or 1) or a usage error (2).
 pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageError> {
-    let walked = walk::walk(&opts.paths)?;
+    let mut walked = walk::walk(&opts.paths)?;
+    let younger = match opts.stale_after {
+        Some(d) => {
+            let state = opts
+                .state_dir
+                .clone()
+                .unwrap_or_else(|| DEFAULT_STATE_DIR.into());
+            let filter = age::AgeFilter::new(d, &state);
+            if let Some(note) = &filter.note {
+                eprintln!("note: {note}");
+            }
+            let before = walked.targets.len();
+            walked.targets.retain(|f| filter.due(f));
+            (before - walked.targets.len()) as u64
+        }
+        None => 0,
+    };
     let journal = journal_for(opts)?;
     let pace_status = Arc::new(crate::engine::pacing::pace::PaceStatus::default());
     let cfg = EngineConfig {
@@ -206,11 +234,12 @@ pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageE
     let engine = Engine::start(cfg)?;
     let start = Instant::now();
     let mut summary = Summary {
+        younger,
         backend: engine.backend().name(),
         backend_note: engine.fallback_reason().map(str::to_string),
         ..Summary::default()
     };
-    let total: u64 = walked.targets.iter().map(|(_, size)| size).sum();
+    let total: u64 = walked.targets.iter().map(|f| f.size).sum();
     let bar = if opts.progress && std::io::stderr().is_terminal() && !opts.dry_run {
         let pb = ProgressBar::new(total);
         pb.set_style(
@@ -243,7 +272,7 @@ pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageE
     for r in &walked.reports {
         emit(r, &mut summary);
     }
-    for (target, size) in walked.targets {
+    for walk::Found { target, size, .. } in walked.targets {
         if cancel.load(Ordering::Relaxed) {
             break;
         }

@@ -61,12 +61,31 @@ fn refusal(p: &Path, lst: &std::fs::Metadata) -> Option<String> {
     ))
 }
 
-/// The walk's output: files to refresh (with their sizes) and entries
-/// already decided (hard links seen before, unreadable directories).
+/// The walk's output: files to refresh and entries already decided (hard
+/// links seen before, unreadable directories).
 #[derive(Debug, Default)]
 pub struct Walked {
-    pub targets: Vec<(Target, u64)>,
+    pub targets: Vec<Found>,
     pub reports: Vec<FileReport>,
+}
+
+/// A file to refresh.
+#[derive(Debug)]
+pub struct Found {
+    pub target: Target,
+    pub size: u64,
+    /// Found in a directory (not named on the command line): its mtime
+    /// (seconds) and who it is, for the age filter.
+    pub listed: Option<Listed>,
+}
+
+/// A file as the directory walk saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct Listed {
+    pub mtime: i64,
+    /// Its filesystem (when its identity could be read) and inode.
+    pub fs: Option<crate::io::fsid::FsId>,
+    pub ino: u64,
 }
 
 /// Checks every path before anything is done: it exists, is not a
@@ -127,7 +146,11 @@ pub fn walk(paths: &[PathBuf]) -> Result<Walked, PathError> {
                 ));
                 continue;
             }
-            out.targets.push((t, lst.len()));
+            out.targets.push(Found {
+                target: t,
+                size: lst.len(),
+                listed: None,
+            });
         }
     }
     Ok(out)
@@ -140,6 +163,7 @@ fn walk_dir(root: &Path, out: &mut Walked, seen: &mut HashSet<(u64, u64)>) -> io
         Mode::empty(),
     )?);
     let root_dev = rustix::fs::fstat(&*root_fd)?.st_dev;
+    let fs = crate::io::fsid::of(root_fd.as_fd()).ok();
     let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let dir_fd = match open_subdir(root_fd.as_fd(), &rel) {
@@ -197,11 +221,12 @@ fn walk_dir(root: &Path, out: &mut Walked, seen: &mut HashSet<(u64, u64)>) -> io
             match ft {
                 Some(FileType::Directory) => subdirs.push(child),
                 _ => {
-                    let (size, key, links) = st.map_or((0, None, 1), |s| {
+                    let (size, key, links, mtime) = st.map_or((0, None, 1, 0), |s| {
                         (
                             u64::try_from(s.st_size).unwrap_or(0),
                             Some((s.st_dev, s.st_ino)),
                             s.st_nlink,
+                            s.st_mtime,
                         )
                     });
                     if ft == Some(FileType::RegularFile) && links > 1 {
@@ -223,7 +248,11 @@ fn walk_dir(root: &Path, out: &mut Walked, seen: &mut HashSet<(u64, u64)>) -> io
                         root_dev: Some(root_dev),
                         expect: None,
                     };
-                    out.targets.push((target, size));
+                    out.targets.push(Found {
+                        target,
+                        size,
+                        listed: key.map(|(_, ino)| Listed { mtime, fs, ino }),
+                    });
                 }
             }
         }

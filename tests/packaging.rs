@@ -5,7 +5,7 @@
 //! without them the tests skip, or fail under
 //! REFRESHD_REQUIRE_PRIVILEGED_TESTS=1.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn tool(test: &str, name: &str) -> bool {
@@ -220,21 +220,28 @@ fn dist_assets_match_the_commands() {
     for cmd in [refreshd::cli::command(), refreshctl::cli::command()] {
         crate::helpers::assets::write(cmd, dir.path()).unwrap();
     }
+    crate::helpers::assets::write_config_reference(dir.path()).unwrap();
     let dist = Path::new(ROOT).join("dist");
     let bless = std::env::var("REFRESHD_BLESS").as_deref() == Ok("1");
     let mut stale = vec![];
+    let mut made: Vec<(PathBuf, PathBuf)> = vec![(
+        dir.path().join("configuration.md"),
+        Path::new(ROOT).join("docs/configuration.md"),
+    )];
     for sub in ["man", "completions"] {
         for e in std::fs::read_dir(dir.path().join(sub)).unwrap() {
             let e = e.unwrap();
-            let want = std::fs::read(e.path()).unwrap();
-            let at = dist.join(sub).join(e.file_name());
-            if std::fs::read(&at).ok().as_deref() != Some(&want[..]) {
-                if bless {
-                    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
-                    std::fs::write(&at, &want).unwrap();
-                } else {
-                    stale.push(at.display().to_string());
-                }
+            made.push((e.path(), dist.join(sub).join(e.file_name())));
+        }
+    }
+    for (made, at) in made {
+        let want = std::fs::read(&made).unwrap();
+        if std::fs::read(&at).ok().as_deref() != Some(&want[..]) {
+            if bless {
+                std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+                std::fs::write(&at, &want).unwrap();
+            } else {
+                stale.push(at.display().to_string());
             }
         }
     }
@@ -243,12 +250,62 @@ fn dist_assets_match_the_commands() {
         "out of date (run REFRESHD_BLESS=1 cargo test dist_assets): {stale:?}"
     );
     for page in [
+        "refreshd.toml.5",
         "refreshd.1",
         "refreshd-refresh.1",
         "refreshd-run.1",
         "refreshctl-status.1",
     ] {
         assert!(dist.join("man").join(page).exists(), "{page}");
+    }
+    manual_is_complete(&dist);
+}
+
+/// Every page has the sections an operator looks for, names only pages
+/// that exist, and no completion offers a hidden verb.
+fn manual_is_complete(dist: &Path) {
+    let man = dist.join("man");
+    let pages: Vec<PathBuf> = std::fs::read_dir(&man)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let re_ref = |text: &str| -> Vec<String> {
+        // "name(N)" with name like refreshd\-run (roff escapes).
+        let t = text.replace("\\-", "-");
+        t.split(|c: char| !(c.is_ascii_alphanumeric() || "-_.()".contains(c)))
+            .filter_map(|w| {
+                let (name, rest) = w.split_once('(')?;
+                let n = rest.strip_suffix(')')?;
+                (n.len() == 1
+                    && n.chars().all(|c| c.is_ascii_digit())
+                    && name.starts_with("refresh"))
+                .then(|| format!("{name}.{n}"))
+            })
+            .collect()
+    };
+    for p in &pages {
+        let text = std::fs::read_to_string(p).unwrap();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if name.ends_with(".1") {
+            for section in [".SH \"EXIT STATUS\"", ".SH \"SEE ALSO\""] {
+                assert!(text.contains(section), "{name} has no {section}");
+            }
+        }
+        for r in re_ref(&text) {
+            assert!(
+                man.join(&r).exists(),
+                "{name} names {r}, which is not in dist/man"
+            );
+        }
+    }
+    for e in std::fs::read_dir(dist.join("completions")).unwrap() {
+        let p = e.unwrap().path();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            !text.contains("__assets"),
+            "{} offers a hidden verb",
+            p.display()
+        );
     }
 }
 

@@ -3,6 +3,7 @@
 //! reason elsewhere and fail when REFRESHD_REQUIRE_PRIVILEGED_TESTS=1.
 #![allow(clippy::unwrap_used)]
 
+mod age;
 mod architecture;
 mod busy;
 mod cli;

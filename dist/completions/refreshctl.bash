@@ -19,9 +19,6 @@ _refreshctl() {
             refreshctl,drives)
                 cmd="refreshctl__subcmd__drives"
                 ;;
-            refreshctl,help)
-                cmd="refreshctl__subcmd__help"
-                ;;
             refreshctl,now)
                 cmd="refreshctl__subcmd__now"
                 ;;
@@ -40,30 +37,6 @@ _refreshctl() {
             refreshctl,survey)
                 cmd="refreshctl__subcmd__survey"
                 ;;
-            refreshctl__subcmd__help,drives)
-                cmd="refreshctl__subcmd__help__subcmd__drives"
-                ;;
-            refreshctl__subcmd__help,help)
-                cmd="refreshctl__subcmd__help__subcmd__help"
-                ;;
-            refreshctl__subcmd__help,now)
-                cmd="refreshctl__subcmd__help__subcmd__now"
-                ;;
-            refreshctl__subcmd__help,pause)
-                cmd="refreshctl__subcmd__help__subcmd__pause"
-                ;;
-            refreshctl__subcmd__help,plan)
-                cmd="refreshctl__subcmd__help__subcmd__plan"
-                ;;
-            refreshctl__subcmd__help,resume)
-                cmd="refreshctl__subcmd__help__subcmd__resume"
-                ;;
-            refreshctl__subcmd__help,status)
-                cmd="refreshctl__subcmd__help__subcmd__status"
-                ;;
-            refreshctl__subcmd__help,survey)
-                cmd="refreshctl__subcmd__help__subcmd__survey"
-                ;;
             *)
                 ;;
         esac
@@ -71,7 +44,7 @@ _refreshctl() {
 
     case "${cmd}" in
         refreshctl)
-            opts="-h -V --socket --json --help --version status drives plan survey now pause resume help"
+            opts="-h -V --socket --json --help --version status drives plan survey now pause resume"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -99,132 +72,6 @@ _refreshctl() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshctl__subcmd__help)
-            opts="status drives plan survey now pause resume help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshctl__subcmd__help__subcmd__drives)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshctl__subcmd__help__subcmd__help)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshctl__subcmd__help__subcmd__now)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshctl__subcmd__help__subcmd__pause)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshctl__subcmd__help__subcmd__plan)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshctl__subcmd__help__subcmd__resume)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshctl__subcmd__help__subcmd__status)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshctl__subcmd__help__subcmd__survey)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;

@@ -35,7 +35,6 @@ complete -c refreshctl -n "__fish_refreshctl_needs_command" -f -a "survey" -d 'T
 complete -c refreshctl -n "__fish_refreshctl_needs_command" -f -a "now" -d 'Sample now and refresh if degraded (or anyway, with --force)'
 complete -c refreshctl -n "__fish_refreshctl_needs_command" -f -a "pause" -d 'Pause refreshing (the file in flight stops after its I/O and is checkpointed)'
 complete -c refreshctl -n "__fish_refreshctl_needs_command" -f -a "resume" -d 'Resume refreshing'
-complete -c refreshctl -n "__fish_refreshctl_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c refreshctl -n "__fish_refreshctl_using_subcommand status" -l socket -d 'The daemon\'s control socket' -r -F
 complete -c refreshctl -n "__fish_refreshctl_using_subcommand status" -l json -d 'Print the daemon\'s JSON instead of tables'
 complete -c refreshctl -n "__fish_refreshctl_using_subcommand status" -s h -l help -d 'Print help'
@@ -63,11 +62,3 @@ complete -c refreshctl -n "__fish_refreshctl_using_subcommand resume" -l drive -
 complete -c refreshctl -n "__fish_refreshctl_using_subcommand resume" -l socket -d 'The daemon\'s control socket' -r -F
 complete -c refreshctl -n "__fish_refreshctl_using_subcommand resume" -l json -d 'Print the daemon\'s JSON instead of tables'
 complete -c refreshctl -n "__fish_refreshctl_using_subcommand resume" -s h -l help -d 'Print help'
-complete -c refreshctl -n "__fish_refreshctl_using_subcommand help; and not __fish_seen_subcommand_from status drives plan survey now pause resume help" -f -a "status" -d 'Per drive: state, stale bytes, last sample, refresh progress and ETA'
-complete -c refreshctl -n "__fish_refreshctl_using_subcommand help; and not __fish_seen_subcommand_from status drives plan survey now pause resume help" -f -a "drives" -d 'The drives and the configured trees on them'
-complete -c refreshctl -n "__fish_refreshctl_using_subcommand help; and not __fish_seen_subcommand_from status drives plan survey now pause resume help" -f -a "plan" -d 'What a refresh would rewrite, per drive'
-complete -c refreshctl -n "__fish_refreshctl_using_subcommand help; and not __fish_seen_subcommand_from status drives plan survey now pause resume help" -f -a "survey" -d 'The latest sample per drive: speed and latency by data age'
-complete -c refreshctl -n "__fish_refreshctl_using_subcommand help; and not __fish_seen_subcommand_from status drives plan survey now pause resume help" -f -a "now" -d 'Sample now and refresh if degraded (or anyway, with --force)'
-complete -c refreshctl -n "__fish_refreshctl_using_subcommand help; and not __fish_seen_subcommand_from status drives plan survey now pause resume help" -f -a "pause" -d 'Pause refreshing (the file in flight stops after its I/O and is checkpointed)'
-complete -c refreshctl -n "__fish_refreshctl_using_subcommand help; and not __fish_seen_subcommand_from status drives plan survey now pause resume help" -f -a "resume" -d 'Resume refreshing'
-complete -c refreshctl -n "__fish_refreshctl_using_subcommand help; and not __fish_seen_subcommand_from status drives plan survey now pause resume help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

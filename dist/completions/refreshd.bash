@@ -19,9 +19,6 @@ _refreshd() {
             refreshd,check-config)
                 cmd="refreshd__subcmd__check__subcmd__config"
                 ;;
-            refreshd,help)
-                cmd="refreshd__subcmd__help"
-                ;;
             refreshd,refresh)
                 cmd="refreshd__subcmd__refresh"
                 ;;
@@ -31,21 +28,6 @@ _refreshd() {
             refreshd,survey)
                 cmd="refreshd__subcmd__survey"
                 ;;
-            refreshd__subcmd__help,check-config)
-                cmd="refreshd__subcmd__help__subcmd__check__subcmd__config"
-                ;;
-            refreshd__subcmd__help,help)
-                cmd="refreshd__subcmd__help__subcmd__help"
-                ;;
-            refreshd__subcmd__help,refresh)
-                cmd="refreshd__subcmd__help__subcmd__refresh"
-                ;;
-            refreshd__subcmd__help,run)
-                cmd="refreshd__subcmd__help__subcmd__run"
-                ;;
-            refreshd__subcmd__help,survey)
-                cmd="refreshd__subcmd__help__subcmd__survey"
-                ;;
             *)
                 ;;
         esac
@@ -53,7 +35,7 @@ _refreshd() {
 
     case "${cmd}" in
         refreshd)
-            opts="-v -q -h -V --verbose --quiet --help --version refresh survey run check-config help"
+            opts="-v -q -h -V --verbose --quiet --help --version refresh survey run check-config"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -84,97 +66,17 @@ _refreshd() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        refreshd__subcmd__help)
-            opts="refresh survey run check-config help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshd__subcmd__help__subcmd__check__subcmd__config)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshd__subcmd__help__subcmd__help)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshd__subcmd__help__subcmd__refresh)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshd__subcmd__help__subcmd__run)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        refreshd__subcmd__help__subcmd__survey)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
         refreshd__subcmd__refresh)
-            opts="-v -q -h --rate --strategy --dry-run --json --verify --chunk --queue-depth --io-backend --include-shared --min-free --no-progress --relocate-chunk --state-dir --yield --yield-floor --io-priority --verbose --quiet --help"
+            opts="-v -q -h --stale-after --rate --strategy --dry-run --json --verify --chunk --queue-depth --io-backend --include-shared --min-free --no-progress --relocate-chunk --state-dir --yield --yield-floor --io-priority --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --stale-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --rate)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

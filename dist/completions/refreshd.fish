@@ -32,7 +32,7 @@ complete -c refreshd -n "__fish_refreshd_needs_command" -f -a "refresh" -d 'Rewr
 complete -c refreshd -n "__fish_refreshd_needs_command" -f -a "survey" -d 'Measure read speed and latency by data age, per drive, against a fresh reference; say whether each drive is degraded and what a refresh would rewrite. Reads only (plus a small temporary canary)'
 complete -c refreshd -n "__fish_refreshd_needs_command" -f -a "run" -d 'Run the daemon in the foreground (systemd: Type=notify)'
 complete -c refreshd -n "__fish_refreshd_needs_command" -f -a "check-config" -d 'Validate a configuration: every problem with file:line:col; exit 0/1'
-complete -c refreshd -n "__fish_refreshd_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c refreshd -n "__fish_refreshd_using_subcommand refresh" -l stale-after -d 'Only files whose data is at least this old (since the later of the mtime and the daemon\'s last refresh of it, when --state-dir or /var/lib/refreshd holds its record). Applies to the files found in directories; files named on the command line are always refreshed' -r
 complete -c refreshd -n "__fish_refreshd_using_subcommand refresh" -l rate -d 'Throttle, e.g. "50MiB/s" (default: unthrottled)' -r
 complete -c refreshd -n "__fish_refreshd_using_subcommand refresh" -l strategy -d 'auto: in place under an exclusive lease, kernel relocation for files other processes have open; inplace: in place only (files in use are skipped); relocate: relocation only' -r -f -a "auto\t'In place under an exclusive lease when nobody else has the file open; relocation when someone does and the filesystem supports it'
 inplace\t'In place only; files in use are skipped'
@@ -77,8 +77,3 @@ complete -c refreshd -n "__fish_refreshd_using_subcommand check-config" -l confi
 complete -c refreshd -n "__fish_refreshd_using_subcommand check-config" -s v -l verbose -d 'More log output (-v info, -vv debug); RUST_LOG overrides'
 complete -c refreshd -n "__fish_refreshd_using_subcommand check-config" -s q -l quiet -d 'Less log output'
 complete -c refreshd -n "__fish_refreshd_using_subcommand check-config" -s h -l help -d 'Print help'
-complete -c refreshd -n "__fish_refreshd_using_subcommand help; and not __fish_seen_subcommand_from refresh survey run check-config help" -f -a "refresh" -d 'Rewrite files (or directory trees, one filesystem) in place, safely: the same bytes, O_DIRECT, throttled, under an exclusive lease'
-complete -c refreshd -n "__fish_refreshd_using_subcommand help; and not __fish_seen_subcommand_from refresh survey run check-config help" -f -a "survey" -d 'Measure read speed and latency by data age, per drive, against a fresh reference; say whether each drive is degraded and what a refresh would rewrite. Reads only (plus a small temporary canary)'
-complete -c refreshd -n "__fish_refreshd_using_subcommand help; and not __fish_seen_subcommand_from refresh survey run check-config help" -f -a "run" -d 'Run the daemon in the foreground (systemd: Type=notify)'
-complete -c refreshd -n "__fish_refreshd_using_subcommand help; and not __fish_seen_subcommand_from refresh survey run check-config help" -f -a "check-config" -d 'Validate a configuration: every problem with file:line:col; exit 0/1'
-complete -c refreshd -n "__fish_refreshd_using_subcommand help; and not __fish_seen_subcommand_from refresh survey run check-config help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -10,7 +10,10 @@ use refreshd_protocol::DEFAULT_SOCKET;
 #[command(
     name = "refreshctl",
     version,
-    about = "Control and inspect the refreshd daemon"
+    about = "Control and inspect the refreshd daemon",
+    // `--help` and `<verb> --help`; no `help` verb (its man page would
+    // not exist).
+    disable_help_subcommand = true
 )]
 pub struct Cli {
     /// The daemon's control socket.

@@ -93,6 +93,7 @@ fn main() -> ExitCode {
                 progress: !a.no_progress,
                 relocate_chunk: a.relocate_chunk.0,
                 state_dir: a.state_dir,
+                stale_after: a.stale_after.map(|d| d.0),
                 pace: PaceSettings {
                     mode: a.yield_mode,
                     priority: a.io_priority,

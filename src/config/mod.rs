@@ -13,6 +13,7 @@ use toml::de::DeTable;
 pub mod coordination;
 pub mod parser;
 pub mod readers;
+pub mod reference;
 pub mod settings;
 pub mod table;
 #[cfg(test)]

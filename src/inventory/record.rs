@@ -55,10 +55,7 @@ impl FileRecord {
     /// Age of its data at `now` (seconds since the epoch), never negative;
     /// unknown (timestamps from a wrong clock) is the oldest there is.
     pub fn data_age(&self, now: i64) -> Duration {
-        match self.data_written(now) {
-            Some(t) => Duration::from_secs(u64::try_from(now.saturating_sub(t)).unwrap_or(0)),
-            None => Duration::MAX,
-        }
+        crate::clock::data_age(self.mtime.sec, self.last_refresh, now)
     }
 
     /// Whether a timestamp of it was made by a clock that was wrong (in

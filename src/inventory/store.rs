@@ -66,6 +66,45 @@ impl Store {
         Ok(store)
     }
 
+    /// Opens an existing database read-only (the one-shot commands reading
+    /// the daemon's record): nothing is created, migrated or written. A
+    /// database of another schema version is refused with why.
+    pub fn open_read_only(state_dir: &Path) -> Result<Store, StoreError> {
+        use rusqlite::OpenFlags;
+        let path = state_dir.join("state.db");
+        let db = |source| StoreError::Db {
+            path: path.clone(),
+            source,
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&path, flags).map_err(db)?;
+        conn.execute_batch("PRAGMA busy_timeout = 5000;")
+            .map_err(db)?;
+        let found: i64 = conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })
+            .map_err(db)?;
+        if found != SCHEMA_VERSION {
+            return Err(StoreError::Version { path, found });
+        }
+        let turns = Turns::of(&path);
+        Ok(Store { conn, path, turns })
+    }
+
+    /// When the file was last refreshed, by the daemon's record.
+    pub fn last_refresh(&self, key: FileKey) -> Result<Option<i64>, StoreError> {
+        let row: Option<Option<i64>> = self.db(self
+            .conn
+            .query_row(
+                "SELECT last_refresh FROM files WHERE fs = ?1 AND ino = ?2",
+                params![key.fs.key(), key.ino as i64],
+                |r| r.get(0),
+            )
+            .optional())?;
+        Ok(row.flatten())
+    }
+
     /// A private in-memory database (one-shot commands, tests).
     pub fn memory() -> Result<Store, StoreError> {
         let path = PathBuf::from(":memory:");
