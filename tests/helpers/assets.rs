@@ -65,7 +65,7 @@ fn write_man(cmd: &clap::Command, name: &str, dir: &Path) -> io::Result<()> {
 /// where to read on.
 fn sections(page: &str) -> String {
     let exit_refreshd = ".SH \"EXIT STATUS\"\n0: done (every file refreshed, skipped \
-        or interrupted by another process); 1: a file failed (or, for check\\-config, the \
+        or interrupted by another process); 1: a file failed or the run was cancelled (for check\\-config: the \
         configuration has a problem); 2: usage, configuration or environment error \
         (nothing was changed).\n";
     let exit_ctl = ".SH \"EXIT STATUS\"\n0: done; 1: the daemon refused the request, \
