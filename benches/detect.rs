@@ -79,7 +79,7 @@ fn rounds(d: &Drive, rounds: usize, until: Option<HealthState>) -> (usize, u64, 
             budget: refreshd::units::ByteSize(budget),
             stale_after: Duration::from_secs(30 * 86_400),
             canary_dir: Some(tree.clone()),
-            min_free: refreshd::units::ByteSize(64 * MIB),
+            canary_reserve: refreshd::units::ByteSize(64 * MIB),
             seed: r as u64,
             now,
         };

@@ -86,6 +86,11 @@ pub struct SurveyArgs {
     /// Seed for choosing what to read (same seed, same choices).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The daemon's state directory: the files it refreshed are aged from
+    /// its record (read only), as the daemon would (default
+    /// /var/lib/refreshd).
+    #[arg(long, value_name = "DIR", env = "REFRESHD_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]

@@ -24,6 +24,9 @@ pub struct SurveyOptions {
     pub thresholds: Thresholds,
     pub min_free: crate::units::ByteSize,
     pub seed: u64,
+    /// Where the daemon keeps its record (last refresh per file): ages
+    /// are what the daemon would say when it can be read.
+    pub state_dir: PathBuf,
 }
 
 /// A survey problem that stops it before anything is measured.
@@ -57,6 +60,9 @@ pub struct DriveReport {
     /// healthy, degraded or unknown (one round: unconfirmed).
     pub verdict: String,
     pub plan: Plan,
+    /// Where the data's ages come from (the daemon's record, or mtimes
+    /// only, and why).
+    pub ages: String,
 }
 
 /// Scans, samples and judges every drive under `opts.paths`.
@@ -93,13 +99,14 @@ pub fn run(opts: &SurveyOptions) -> Result<Vec<DriveReport>, SurveyError> {
         g.2.extend(files);
     }
     let now = inventory::now_secs();
+    let ages = with_daemon_record(&opts.state_dir, &mut groups);
     let mut out = vec![];
     for (device, (drives, paths, files)) in groups {
         let sopts = SampleOptions {
             budget: opts.sample_bytes,
             stale_after: opts.stale_after,
             canary_dir: paths.first().cloned(),
-            min_free: opts.min_free,
+            canary_reserve: opts.min_free,
             seed: opts.seed,
             now,
         };
@@ -139,9 +146,48 @@ pub fn run(opts: &SurveyOptions) -> Result<Vec<DriveReport>, SurveyError> {
             judgement,
             verdict,
             plan,
+            ages: ages.clone(),
         });
     }
     Ok(out)
+}
+
+/// Ages the files as the daemon does: their last refresh from its record
+/// (read-only), when it can be read. Says where the ages come from.
+fn with_daemon_record<K>(
+    state_dir: &Path,
+    groups: &mut BTreeMap<K, (Vec<Drive>, Vec<PathBuf>, Vec<FileRecord>)>,
+) -> String {
+    let shown = crate::pathtext::text(state_dir);
+    if !state_dir.join("state.db").exists() {
+        return format!("by mtime (no daemon record in {shown})");
+    }
+    let record = match Store::open_read_only(state_dir) {
+        Ok(s) => s,
+        Err(e) => return format!("by mtime (the daemon's record cannot be read: {e})"),
+    };
+    let mut found = 0u64;
+    for (_, (_, _, files)) in groups.iter_mut() {
+        for f in files.iter_mut() {
+            if let Ok(Some(t)) = record.last_refresh(f.key()) {
+                f.last_refresh = Some(t);
+                found += 1;
+            }
+        }
+    }
+    format!("by mtime and the daemon's record in {shown} ({found} file(s) refreshed by it)")
+}
+
+/// What the fresh figure is, in words.
+fn reference_words(r: Option<crate::policy::Reference>) -> &'static str {
+    use crate::policy::Reference;
+    match r {
+        Some(Reference::Canary) => "fresh: this round's canary",
+        Some(Reference::Baseline) => "fresh: the drive's recorded baseline",
+        Some(Reference::FreshestData) => "fresh: its freshest data, no canary could be written",
+        Some(Reference::Expected) => "fresh: expected_throughput",
+        None => "no fresh reference",
+    }
 }
 
 /// The human table.
@@ -163,14 +209,17 @@ pub fn render(reports: &[DriveReport], opts: &SurveyOptions) -> String {
         let j = &r.judgement;
         let _ = writeln!(
             out,
-            "  stale data (>= {}): {} files, {}; read {}{}",
+            "  stale data (>= {}, ages {}): {} files, {}; read {}{}",
             crate::units::HumanDuration(opts.stale_after),
+            r.ages,
             r.sample.stale_files,
             format_size(r.sample.stale_bytes),
             j.stale_bps
                 .map_or("not measured".into(), |b| format!("{:.1} MB/s", b / 1e6)),
-            j.ratio
-                .map_or(String::new(), |x| format!(" = {x:.2} x fresh")),
+            j.ratio.map_or(String::new(), |x| format!(
+                " = {x:.2} x fresh ({})",
+                reference_words(j.reference)
+            )),
         );
         let why = if let Some(w) = j.slow.as_ref().or(j.unjudged.as_ref()) {
             w.clone()

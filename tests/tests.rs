@@ -41,4 +41,5 @@ mod skips;
 mod stress;
 mod survey;
 mod times;
+mod truth;
 mod upgrade;

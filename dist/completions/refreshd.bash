@@ -147,7 +147,7 @@ _refreshd() {
             return 0
             ;;
         refreshd__subcmd__survey)
-            opts="-v -q -h --json --svg --stale-after --sample-bytes --min-throughput --min-ratio --min-free --seed --verbose --quiet --help"
+            opts="-v -q -h --json --svg --stale-after --sample-bytes --min-throughput --min-ratio --min-free --seed --state-dir --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -178,6 +178,10 @@ _refreshd() {
                     return 0
                     ;;
                 --seed)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --state-dir)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

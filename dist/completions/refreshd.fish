@@ -65,6 +65,7 @@ complete -c refreshd -n "__fish_refreshd_using_subcommand survey" -l min-through
 complete -c refreshd -n "__fish_refreshd_using_subcommand survey" -l min-ratio -d 'Stale/fresh throughput ratio floor' -r
 complete -c refreshd -n "__fish_refreshd_using_subcommand survey" -l min-free -d 'Free space that must remain after writing the canary' -r
 complete -c refreshd -n "__fish_refreshd_using_subcommand survey" -l seed -d 'Seed for choosing what to read (same seed, same choices)' -r
+complete -c refreshd -n "__fish_refreshd_using_subcommand survey" -l state-dir -d 'The daemon\'s state directory: the files it refreshed are aged from its record (read only), as the daemon would (default /var/lib/refreshd)' -r -F
 complete -c refreshd -n "__fish_refreshd_using_subcommand survey" -l json -d 'One JSON document instead of tables'
 complete -c refreshd -n "__fish_refreshd_using_subcommand survey" -s v -l verbose -d 'More log output (-v info, -vv debug); RUST_LOG overrides'
 complete -c refreshd -n "__fish_refreshd_using_subcommand survey" -s q -l quiet -d 'Less log output'

@@ -177,6 +177,9 @@ pub struct RoundSummary {
     pub stopped: Option<String>,
     /// Files in the plan.
     pub planned: u64,
+    /// Bytes in the plan.
+    #[serde(default)]
+    pub planned_bytes: u64,
     pub refreshed: u64,
     pub skipped: u64,
     pub interrupted: u64,
@@ -199,6 +202,7 @@ impl RoundSummary {
         self.finished = o.finished;
         self.stopped = o.stopped.clone();
         self.planned += o.planned;
+        self.planned_bytes += o.planned_bytes;
         self.refreshed += o.refreshed;
         self.skipped += o.skipped;
         self.interrupted += o.interrupted;

@@ -176,7 +176,18 @@ pub fn render_status(v: &StatusReply) -> String {
                 format_size(p.bytes_total),
                 eta(p.eta_seconds)
             ),
-            None => format!("idle, last {}", ago(d.last_refresh)),
+            None => match d.last_round.as_ref().filter(|r| !r.finished) {
+                // A round that stopped part way (paused, window, slot…).
+                Some(r) => format!(
+                    "stopped ({}) after {}/{} files, {} of {}",
+                    r.stopped.as_deref().unwrap_or("?"),
+                    r.refreshed + r.skipped + r.failed,
+                    r.planned,
+                    format_size(r.bytes),
+                    format_size(r.planned_bytes)
+                ),
+                None => format!("idle, last {}", ago(d.last_refresh)),
+            },
         };
         rows.push([
             d.device.clone(),

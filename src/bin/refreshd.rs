@@ -129,6 +129,9 @@ fn survey(a: SurveyArgs) -> i32 {
         },
         min_free: a.min_free,
         seed: a.seed,
+        state_dir: a
+            .state_dir
+            .unwrap_or_else(|| refreshd::config::DEFAULT_STATE_DIR.into()),
     };
     let reports = match survey::run(&opts) {
         Ok(r) => r,

@@ -71,7 +71,8 @@ table! {
         daily_budget: Option<ByteSize> = None, key "daily_budget",
             read |p, k, v| readers::size(p, k, v).map(Some), shown "unset (no limit)";
         /// Free space that must remain on the filesystem (relocation,
-        /// btrfs, the sampling canary).
+        /// btrfs); the sampling canary leaves the smaller of this and
+        /// 64MiB.
         min_free: ByteSize = ByteSize(1 << 30), key "min_free", read readers::size;
     }
     extra {}

@@ -99,29 +99,53 @@ fn must_stop(
     None
 }
 
-/// The plan for this round, from the database (files refreshed by an
-/// earlier, interrupted round carry their new last_refresh there), and
-/// the record of each entry, in plan order.
-pub(super) fn plan(
+/// What the drive's inventory says now, from one pass over its records:
+/// every file counted, the stale ones, and the plan made of them. Status,
+/// `plan`, the metrics and a round all take it from here, so they never
+/// disagree (the plan leaves out, and counts, the stale files refreshed
+/// within `min_interval` and those beyond the daily budget).
+#[derive(Debug, Default)]
+pub(super) struct Stock {
+    pub files: u64,
+    pub stale_files: u64,
+    pub stale_bytes: u64,
+    /// Files with a timestamp from a wrong clock (in the future).
+    pub wrong_clock: u64,
+    pub plan: Plan,
+    /// The plan's records, in plan order.
+    pub records: Vec<FileRecord>,
+    /// The inventory could not be read (whatever was read is counted).
+    pub error: Option<String>,
+}
+
+pub(super) fn take_stock(
     cell: &DriveCell,
     store: &Store,
     s: &Settings,
     forced: bool,
     only: Option<&Path>,
-) -> (Plan, Vec<FileRecord>) {
+) -> Stock {
     let now = inventory::now_secs();
     let budget_left = cell.lock().today.left(now, s.daily_budget);
+    let mut stock = Stock::default();
     // Streamed: only stale files (the plan's candidates) are kept.
     let mut candidates = vec![];
     for root in &cell.roots {
         let streamed = store.for_each_file(root, &mut |f| {
-            let plannable = f.alloc > 0 && f.data_age(now) >= s.stale_after;
-            if plannable && only.is_none_or(|p| f.path.starts_with(p)) {
+            stock.files += 1;
+            stock.wrong_clock += u64::from(f.from_a_wrong_clock(now));
+            if f.data_age(now) < s.stale_after || f.alloc == 0 {
+                return;
+            }
+            stock.stale_files += 1;
+            stock.stale_bytes += f.data_bytes();
+            if only.is_none_or(|p| f.path.starts_with(p)) {
                 candidates.push(f);
             }
         });
         if let Err(e) = streamed {
             tracing::warn!("{e}");
+            stock.error = Some(e.to_string());
         }
     }
     let rules = PlanRules {
@@ -134,7 +158,8 @@ pub(super) fn plan(
         },
         budget_left,
     };
-    policy::plan_records(candidates, rules)
+    (stock.plan, stock.records) = policy::plan_records(candidates, rules);
+    stock
 }
 
 /// Refreshes the drive's plan; with `[coordination]`, only while
@@ -155,7 +180,7 @@ pub fn run(
             ..RoundResult::default()
         };
     }
-    let (plan, records) = plan(cell, store, s, forced, only);
+    let Stock { plan, records, .. } = take_stock(cell, store, s, forced, only);
     cell.lock().plan = plan.clone();
     let budget_cut = plan.deferred_budget > 0;
     if plan.files.is_empty() {
@@ -246,6 +271,7 @@ pub fn run(
         summary: RoundSummary {
             forced,
             planned: plan.files.len() as u64,
+            planned_bytes: plan.bytes,
             ..RoundSummary::default()
         },
     };
@@ -278,6 +304,11 @@ pub fn run(
             Next::Go => {}
             Next::Retry => queue.push_back((i, tries + 1)),
             Next::Stop => {
+                // A file stopped by the round's own cancel: the round says
+                // why it was cancelled (paused, stopping, slot lost…).
+                if let Some(why) = must_stop(shared, cell, s, ticket, &mut result) {
+                    round.summary.stopped = Some(why.into());
+                }
                 finished = false;
                 break;
             }

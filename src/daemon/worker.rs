@@ -226,12 +226,6 @@ impl Loop {
             self.req.rescanned = true;
         }
         scan(shared, store, cell, s);
-        // The plan `refreshctl plan` shows: what a round would rewrite
-        // now, from the same rows the stale count is from.
-        let (plan, _) = super::round::plan(cell, store, s, false, None);
-        cell.lock().plan = plan;
-        let stale = cell.lock().stale_bytes;
-        shared.metrics.set_stale_bytes(&cell.label, stale);
         self.next_scan = Instant::now() + s.scan_interval;
     }
 

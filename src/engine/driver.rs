@@ -244,7 +244,7 @@ fn refresh_file(
     progress: Option<&mut Progress>,
 ) -> FileReport {
     let start = Instant::now();
-    let span = tracing::info_span!("refresh", path = %crate::pathtext::Log(&t.display));
+    let span = tracing::debug_span!("refresh", path = %crate::pathtext::Log(&t.display));
     let _enter = span.enter();
     let (opened, relocate) = match open(t, cfg) {
         Ok(x) => x,
@@ -331,8 +331,10 @@ fn refresh_file(
     release(opened);
     report.elapsed_s = start.elapsed().as_secs_f64();
     match &report.outcome {
-        Outcome::Refreshed => tracing::info!(bytes = report.bytes_refreshed, "refreshed"),
-        other => tracing::info!(outcome = ?other, "not refreshed"),
+        // The caller (the daemon's round, the one-shot's report) says what
+        // became of the file, once; here only for debugging.
+        Outcome::Refreshed => tracing::debug!(bytes = report.bytes_refreshed, "refreshed"),
+        other => tracing::debug!(outcome = ?other, "not refreshed"),
     }
     report
 }

@@ -63,7 +63,7 @@ pub struct SampleOptions {
     /// Where the canary goes (a directory on the drive's filesystem).
     pub canary_dir: Option<PathBuf>,
     /// Space that must stay free on the filesystem after the canary.
-    pub min_free: ByteSize,
+    pub canary_reserve: ByteSize,
     pub seed: u64,
     pub now: i64,
 }
@@ -342,9 +342,10 @@ fn measure(reader: &mut Reader, cands: &[Candidate], budget: u64, rng: &mut Smal
 }
 
 /// Writes the canary: `len` incompressible bytes, O_DIRECT, fdatasync.
-/// Free space a canary leaves at least: its own small reserve, not the
-/// refresh watermark (`min_free`, when smaller, wins): the canary is an
-/// unnamed file that lives for one round's seconds.
+/// The daemon's canary leaves at least this much free, or `min_free` when
+/// smaller: its own small reserve, not the refresh watermark (the canary
+/// is an unnamed file that lives for one round's seconds). `refreshd
+/// survey --min-free` is the reserve itself: what the operator said.
 pub const CANARY_RESERVE: u64 = 64 << 20;
 
 /// The canary's length on a filesystem with `free` bytes free: `want`, or
@@ -358,13 +359,12 @@ pub fn canary_fits(want: u64, free: u64, reserve: u64) -> Option<u64> {
 fn write_canary(
     dir: &Path,
     want: u64,
-    min_free: u64,
+    reserve: u64,
     rng: &mut SmallRng,
 ) -> Result<Candidate, String> {
     let vfs = rustix::fs::statvfs(dir)
         .map_err(|e| format!("statvfs {}: {e}", crate::pathtext::text(dir)))?;
     let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
-    let reserve = min_free.min(CANARY_RESERVE);
     let Some(len) = canary_fits(want, free, reserve) else {
         return Err(format!(
             "only {} free on {}: no room for a {} canary above a {} reserve",
@@ -419,7 +419,7 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
     let budget = opts.budget.0;
     let canary_len = (budget / 4 / REGION * REGION).clamp(REGION, 32 << 20);
     let canary = match (&opts.canary_dir, budget >= 2 * canary_len) {
-        (Some(dir), true) => write_canary(dir, canary_len, opts.min_free.0, &mut rng),
+        (Some(dir), true) => write_canary(dir, canary_len, opts.canary_reserve.0, &mut rng),
         (Some(_), false) => Err("the sample budget is too small for a fresh reference".into()),
         (None, _) => Err("no directory for a canary".into()),
     };

@@ -48,7 +48,7 @@ pub(super) fn sample(
         budget: s.sample_bytes,
         stale_after: s.stale_after,
         canary_dir: cell.roots.first().cloned(),
-        min_free: s.min_free,
+        canary_reserve: crate::units::ByteSize(s.min_free.0.min(sampler::CANARY_RESERVE)),
         seed: now as u64,
         now,
     };

@@ -3,10 +3,12 @@
 use crate::config::Settings;
 use crate::inventory::{self, Store};
 
+use super::super::round::take_stock;
+
 use super::super::shared::{DriveCell, Shared};
 
-/// Rescans the drive's trees and counts what is stale, streaming the
-/// inventory (no list of files is kept).
+/// Rescans the drive's trees, then takes stock: what is stale and the plan,
+/// streaming the inventory (only the stale files are kept).
 pub(super) fn scan(shared: &Shared, store: &mut Store, cell: &DriveCell, s: &Settings) {
     let mut error = None;
     let mut unreadable = 0;
@@ -44,35 +46,26 @@ pub(super) fn scan(shared: &Shared, store: &mut Store, cell: &DriveCell, s: &Set
             device: cell.label.clone(),
         })
         .set(i64::try_from(unreadable).unwrap_or(i64::MAX));
-    let now = inventory::now_secs();
-    let (mut files, mut stale_files, mut stale_bytes) = (0u64, 0u64, 0u64);
-    let mut wrong_clock = 0u64;
-    for root in &cell.roots {
-        let counted = store.for_each_file(root, &mut |f| {
-            files += 1;
-            wrong_clock += u64::from(f.from_a_wrong_clock(now));
-            if f.data_age(now) >= s.stale_after {
-                stale_files += 1;
-                stale_bytes += f.data_bytes();
-            }
-        });
-        if let Err(e) = counted {
-            error = Some(e.to_string());
-        }
-    }
-    if wrong_clock > 0 {
+    // The counts and the plan from one pass: what status, `plan` and the
+    // metrics show agree.
+    let stock = take_stock(cell, store, s, false, None);
+    if stock.wrong_clock > 0 {
         tracing::warn!(
-            files = wrong_clock,
+            files = stock.wrong_clock,
             "timestamps in the future (mtime or last refresh more than {} s ahead: a clock \
              that was wrong): those files count as of unknown age, so they are due; they \
              are never taken for fresh",
             crate::clock::FUTURE_TOLERANCE
         );
     }
+    shared
+        .metrics
+        .set_stale_bytes(&cell.label, stock.stale_bytes);
     let mut st = cell.lock();
-    st.files = files;
-    st.stale_files = stale_files;
-    st.stale_bytes = stale_bytes;
-    st.last_scan = Some(now);
-    st.error = error;
+    st.files = stock.files;
+    st.stale_files = stock.stale_files;
+    st.stale_bytes = stock.stale_bytes;
+    st.plan = stock.plan;
+    st.last_scan = Some(inventory::now_secs());
+    st.error = error.or(stock.error);
 }
