@@ -38,6 +38,7 @@ mod relocate;
 mod relocate_cache;
 mod scale;
 mod skips;
+mod start;
 mod stress;
 mod survey;
 mod times;

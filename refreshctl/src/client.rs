@@ -22,7 +22,7 @@ pub use refreshd_protocol::DEFAULT_SOCKET;
 /// Why a command did not work.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("refreshd is not running: no control socket at {0} (start it with `systemctl start refreshd`, or pass --socket)")]
+    #[error("refreshd is not running: no control socket at {} ({})", .0.display(), not_running_hint(.0))]
     NotRunning(PathBuf),
     #[error("refreshd is not running: {0} exists but nobody listens (stale socket)")]
     Stale(PathBuf),
@@ -35,6 +35,17 @@ pub enum ClientError {
     },
     #[error("refreshd: {0}")]
     Refused(String),
+}
+
+/// What to do about a missing socket: the packaged daemon's is started by
+/// systemd; another one may still be starting (it makes its socket once
+/// it is ready), or run with another `control_socket`.
+fn not_running_hint(path: &Path) -> &'static str {
+    if path == Path::new(DEFAULT_SOCKET) {
+        "start it with `systemctl start refreshd`; a daemon with another control_socket: --socket PATH"
+    } else {
+        "a daemon just started makes it when it is ready; check the path (its control_socket)"
+    }
 }
 
 /// A connection to the daemon.

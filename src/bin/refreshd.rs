@@ -20,6 +20,11 @@ fn check_config(path: &std::path::Path) -> i32 {
     for p in &problems {
         eprintln!("{p}");
     }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!(
+            "note: not run as root: whether the daemon (root) can write state_dir was not checked"
+        );
+    }
     match cfg {
         Some(c) if problems.is_empty() => check_config_ok(path, &c),
         _ => 1,

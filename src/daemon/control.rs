@@ -26,7 +26,7 @@ use crate::protocol::{self, ask, Response, MAX_LINE};
 /// Binds the socket: its directory is created (0755) if missing, a stale
 /// socket file is replaced, a live one is an error; mode 0600 (0660 and
 /// the configured group with `control_group`).
-pub fn bind(cfg: &Config) -> Result<UnixListener> {
+pub fn bind(cfg: &Config) -> Result<std::os::unix::net::UnixListener> {
     let path = &cfg.control_socket;
     if let Some(dir) = path.parent() {
         if !dir.exists() {
@@ -40,7 +40,9 @@ pub fn bind(cfg: &Config) -> Result<UnixListener> {
         }
         std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
     }
-    let l = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    let l = std::os::unix::net::UnixListener::bind(path)
+        .with_context(|| format!("binding {}", path.display()))?;
+    l.set_nonblocking(true)?;
     let mode = if cfg.control_group.is_some() {
         0o660
     } else {

@@ -93,6 +93,10 @@ pub fn run_file(path: &Path) -> Result<()> {
 /// Runs the daemon with a validated configuration until SIGTERM, SIGINT
 /// or `stop`.
 pub fn run(cfg: Config, stop: Stop) -> Result<()> {
+    // The sockets first: a start that fails here (another daemon on the
+    // socket, the metrics port taken) has created nothing. From here on
+    // the control socket is removed on every way out.
+    let bound = Bound::bind(&cfg)?;
     let _lock = lock_state_dir(&cfg.state_dir)?;
     raise_file_limit();
     // The state database must open (and be ours) before anything starts.
@@ -139,7 +143,47 @@ pub fn run(cfg: Config, stop: Stop) -> Result<()> {
         .metrics
         .fleet
         .init(shared.fleet.is_some(), &slots(&shared));
-    rt.block_on(serve(shared, cfg, stop))
+    rt.block_on(serve(shared, cfg, stop, bound))
+}
+
+/// The daemon's listening sockets, bound before anything else is made.
+struct Bound {
+    control: Option<std::os::unix::net::UnixListener>,
+    metrics: Option<std::net::TcpListener>,
+    /// The control socket's file, removed when the daemon ends (also when
+    /// it fails to start).
+    socket: PathBuf,
+}
+
+impl Bound {
+    fn bind(cfg: &Config) -> Result<Bound> {
+        let metrics = if cfg.metrics_listen.is_empty() {
+            None
+        } else {
+            let l = std::net::TcpListener::bind(&cfg.metrics_listen)
+                .with_context(|| format!("metrics_listen {}", cfg.metrics_listen))?;
+            l.set_nonblocking(true)?;
+            Some(l)
+        };
+        let control = control::bind(cfg)?;
+        Ok(Bound {
+            control: Some(control),
+            metrics,
+            socket: cfg.control_socket.clone(),
+        })
+    }
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        match std::fs::remove_file(&self.socket) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => tracing::warn!(
+                "cannot remove the control socket {}: {e} (the next start replaces it)",
+                crate::pathtext::text(&self.socket)
+            ),
+            _ => {}
+        }
+    }
 }
 
 /// Joins the fleet group (the etcd session runs on `rt`), with
@@ -169,20 +213,21 @@ fn start_fleet(
     None
 }
 
-async fn serve(shared: Arc<Shared>, cfg: Config, stop: Stop) -> Result<()> {
+async fn serve(shared: Arc<Shared>, cfg: Config, stop: Stop, mut bound: Bound) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let listener = control::bind(&cfg)?;
-    let metrics_task = if cfg.metrics_listen.is_empty() {
-        None
-    } else {
-        let l = tokio::net::TcpListener::bind(&cfg.metrics_listen)
-            .await
-            .with_context(|| format!("metrics_listen {}", cfg.metrics_listen))?;
+    let Some(control) = bound.control.take() else {
+        bail!("the control socket was not bound");
+    };
+    let listener = tokio::net::UnixListener::from_std(control)?;
+    let metrics_task = if let Some(l) = bound.metrics.take() {
+        let l = tokio::net::TcpListener::from_std(l)?;
         let s = shared.clone();
         Some(tokio::spawn(http::serve(
             l,
             Arc::new(move || metrics_text(&s)),
         )))
+    } else {
+        None
     };
     let control_task = tokio::spawn(control::serve(listener, shared.clone()));
     let mut threads = vec![];
@@ -257,13 +302,7 @@ async fn serve(shared: Arc<Shared>, cfg: Config, stop: Stop) -> Result<()> {
     if let Some(t) = metrics_task {
         t.abort();
     }
-    match std::fs::remove_file(&cfg.control_socket) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => tracing::warn!(
-            "cannot remove the control socket {}: {e} (the next start replaces it)",
-            crate::pathtext::text(&cfg.control_socket)
-        ),
-        _ => {}
-    }
+    drop(bound); // removes the control socket
     tracing::info!("stopped");
     Ok(())
 }
