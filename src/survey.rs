@@ -65,10 +65,11 @@ pub struct DriveReport {
     pub ages: String,
 }
 
+/// Per drive label: its drives, the trees on it, their files.
+type Group = (Vec<Drive>, Vec<PathBuf>, Vec<FileRecord>);
+
 /// Scans, samples and judges every drive under `opts.paths`.
 pub fn run(opts: &SurveyOptions) -> Result<Vec<DriveReport>, SurveyError> {
-    /// Per drive label: its drives, the trees on it, their files.
-    type Group = (Vec<Drive>, Vec<PathBuf>, Vec<FileRecord>);
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut store = Store::memory()?;
     for p in &opts.paths {
@@ -154,10 +155,7 @@ pub fn run(opts: &SurveyOptions) -> Result<Vec<DriveReport>, SurveyError> {
 
 /// Ages the files as the daemon does: their last refresh from its record
 /// (read-only), when it can be read. Says where the ages come from.
-fn with_daemon_record<K>(
-    state_dir: &Path,
-    groups: &mut BTreeMap<K, (Vec<Drive>, Vec<PathBuf>, Vec<FileRecord>)>,
-) -> String {
+fn with_daemon_record(state_dir: &Path, groups: &mut BTreeMap<String, Group>) -> String {
     let shown = crate::pathtext::text(state_dir);
     if !state_dir.join("state.db").exists() {
         return format!("by mtime (no daemon record in {shown})");
