@@ -85,7 +85,7 @@ fn refresh(dir: &Path, extra: &[&str]) -> serde_json::Value {
             "refresh",
             "--json",
             "--rate",
-            "400MiB/s",
+            "40MiB/s",
             "--yield-floor",
             "8MiB/s",
         ])
@@ -111,9 +111,11 @@ fn privileged_refresh_yields_to_a_reader_and_changes_nothing() {
     let off = refresh(&fs.path("data"), &["--yield", "off"]);
     assert_eq!(off["yielded_seconds"], 0.0);
     unchanged(&data);
-    // Auto: the reader is seen, the refresh yields (at the 8 MiB/s floor
-    // while it reads; how long depends on how much CPU the reader gets
-    // beside other tests), and still finishes.
+    // Auto: the reader is seen, the refresh stops to learn its latency
+    // alone, then shares the drive from the 8 MiB/s floor up (how fast it
+    // grows depends on what the reader feels, and on how much CPU it gets
+    // beside other tests), and still finishes. 48 MiB at 40 MiB/s: long
+    // enough for the pacer's first look (a tick, then LEARN).
     let reads_before = app.reads.load(Ordering::Relaxed);
     let auto = refresh(&fs.path("data"), &[]);
     let yielded = auto["yielded_seconds"].as_f64().unwrap();
@@ -157,7 +159,8 @@ fn privileged_daemon_status_and_metrics_say_when_it_yields() {
         tmp.path(),
         &tree,
         port,
-        "sample_interval = \"1h\"\nyield_floor = \"2MiB/s\"\n",
+        // 32 MiB at 16 MiB/s: long enough for the pacer's first look.
+        "sample_interval = \"1h\"\nrate = \"16MiB/s\"\nyield_floor = \"2MiB/s\"\n",
     );
     let daemon = Daemon::start(tmp.path(), &cfg, port);
     daemon.wait_for("the first scan", 30, |dm| {
@@ -170,7 +173,7 @@ fn privileged_daemon_status_and_metrics_say_when_it_yields() {
     daemon.wait_for("yielding in status", 60, |dm| {
         dm.status()["yielding"]["reason"]
             .as_str()
-            .is_some_and(|r| r.contains("other processes read"))
+            .is_some_and(|r| r.contains("the application reads on"))
     });
     let (_, text, _) = daemon.ctl(&["status"]);
     assert!(text.contains("yielding since"), "{text}");

@@ -10,49 +10,73 @@ use std::time::{Duration, Instant};
 pub struct Latencies {
     pub iops: f64,
     pub mean_ms: f64,
-    pub p50_ms: f64,
     pub p99_ms: f64,
-    pub p999_ms: f64,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reader {
     /// `fio --rw=randread --bs=4k --direct=1 --iodepth=1`.
     Fio,
+    /// The same with 8 requests in flight (libaio).
+    FioQd8,
     /// Solr-like: mmap, random 16 KiB touches, each evicted first.
     Mmap,
+    /// 4 KiB O_DIRECT reads at QD1 for 2 s, then 2 s of nothing, and so on
+    /// (latencies of the reading phases).
+    Bursty,
 }
 
 impl Reader {
+    pub const ALL: [Reader; 4] = [Reader::Fio, Reader::FioQd8, Reader::Mmap, Reader::Bursty];
+
     pub fn name(self) -> &'static str {
         match self {
+            Reader::Fio => "qd1",
+            Reader::FioQd8 => "qd8",
+            Reader::Mmap => "mmap",
+            Reader::Bursty => "bursty",
+        }
+    }
+
+    pub fn about(self) -> &'static str {
+        match self {
             Reader::Fio => "fio randread 4k QD1 O_DIRECT",
-            Reader::Mmap => "mmap reader, random 16 KiB touches",
+            Reader::FioQd8 => "fio randread 4k QD8 O_DIRECT (libaio)",
+            Reader::Mmap => "mmap reader, random 16 KiB touches (Solr-like)",
+            Reader::Bursty => "4k QD1 O_DIRECT reads, 2 s on, 2 s off",
         }
     }
 
     /// Reads for `secs`, or until `stop` is set (the refresh ended).
     pub fn run(self, file: &Path, secs: Duration, stop: &AtomicBool) -> Latencies {
         match self {
-            Reader::Fio => fio(file, secs, stop),
+            Reader::Fio => fio(file, secs, stop, 1),
+            Reader::FioQd8 => fio(file, secs, stop, 8),
             Reader::Mmap => mmap(file, secs, stop),
+            Reader::Bursty => bursty(file, secs, stop),
         }
     }
 }
 
-fn fio(file: &Path, secs: Duration, stop: &AtomicBool) -> Latencies {
+fn fio(file: &Path, secs: Duration, stop: &AtomicBool, depth: u32) -> Latencies {
+    let engine = if depth > 1 {
+        "--ioengine=libaio"
+    } else {
+        "--ioengine=psync"
+    };
     let child = Command::new("fio")
         .args([
             "--name=app",
             "--rw=randread",
             "--bs=4k",
             "--direct=1",
-            "--iodepth=1",
-            "--ioengine=psync",
+            engine,
             "--time_based",
             "--output-format=json",
+            "--randrepeat=0",
             "--percentile_list=50:99:99.9",
         ])
+        .arg(format!("--iodepth={depth}"))
         .arg(format!("--runtime={}", secs.as_secs()))
         .arg(format!("--filename={}", file.display()))
         .stdout(Stdio::piped())
@@ -82,9 +106,7 @@ fn fio(file: &Path, secs: Duration, stop: &AtomicBool) -> Latencies {
     Latencies {
         iops: read["iops"].as_f64().unwrap(),
         mean_ms: read["clat_ns"]["mean"].as_f64().unwrap() / 1e6,
-        p50_ms: pct("50.000000"),
         p99_ms: pct("99.000000"),
-        p999_ms: pct("99.900000"),
     }
 }
 
@@ -143,6 +165,49 @@ fn mmap(file: &Path, secs: Duration, stop: &AtomicBool) -> Latencies {
     summarize(&mut lat, ran)
 }
 
+/// 4 KiB direct reads at random offsets, one at a time, in 2 s bursts
+/// separated by 2 s of silence.
+fn bursty(file: &Path, secs: Duration, stop: &AtomicBool) -> Latencies {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(file)
+        .unwrap();
+    let blocks = f.metadata().unwrap().len() / 4096;
+    let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
+    // SAFETY: a 4 KiB aligned buffer, freed below.
+    let buf = unsafe { std::alloc::alloc(layout) };
+    // SAFETY: the allocation above, 4096 bytes.
+    let slice = unsafe { std::slice::from_raw_parts_mut(buf, 4096) };
+    let mut lat = Vec::new();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let started = Instant::now();
+    let mut reading = Duration::ZERO;
+    while started.elapsed() < secs && !stop.load(Ordering::Relaxed) {
+        let phase_start = Instant::now();
+        while phase_start.elapsed() < Duration::from_secs(2) && started.elapsed() < secs {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let t = Instant::now();
+            f.read_exact_at(slice, (seed % blocks) * 4096).unwrap();
+            lat.push(t.elapsed());
+        }
+        reading += phase_start.elapsed();
+        let off = Instant::now();
+        while off.elapsed() < Duration::from_secs(2)
+            && started.elapsed() < secs
+            && !stop.load(Ordering::Relaxed)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(buf, layout) };
+    summarize(&mut lat, reading)
+}
+
 fn summarize(lat: &mut [Duration], ran: Duration) -> Latencies {
     lat.sort();
     let n = lat.len().max(1);
@@ -150,8 +215,6 @@ fn summarize(lat: &mut [Duration], ran: Duration) -> Latencies {
     Latencies {
         iops: lat.len() as f64 / ran.as_secs_f64(),
         mean_ms: lat.iter().map(Duration::as_secs_f64).sum::<f64>() * 1e3 / n as f64,
-        p50_ms: at(0.5),
         p99_ms: at(0.99),
-        p999_ms: at(0.999),
     }
 }

@@ -93,11 +93,22 @@ pub fn run_file(path: &Path) -> Result<()> {
 /// Runs the daemon with a validated configuration until SIGTERM, SIGINT
 /// or `stop`.
 pub fn run(cfg: Config, stop: Stop) -> Result<()> {
-    // The sockets first: a start that fails here (another daemon on the
-    // socket, the metrics port taken) has created nothing. From here on
-    // the control socket is removed on every way out.
+    // Another daemon on this state directory is the first thing to say
+    // (its sockets would clash too, and that would hide the reason). The
+    // lock lives inside the directory: if there is none, nobody holds it,
+    // and it is made only after the sockets are bound, so a start that
+    // fails on a socket (the metrics port taken) has created nothing.
+    // From `bind` on, the control socket is removed on every way out.
+    let early_lock = if cfg.state_dir.is_dir() {
+        Some(lock_state_dir(&cfg.state_dir)?)
+    } else {
+        None
+    };
     let bound = Bound::bind(&cfg)?;
-    let _lock = lock_state_dir(&cfg.state_dir)?;
+    let _lock = match early_lock {
+        Some(lock) => lock,
+        None => lock_state_dir(&cfg.state_dir)?,
+    };
     raise_file_limit();
     // The state database must open (and be ours) before anything starts.
     crate::inventory::Store::open(&cfg.state_dir)?;

@@ -189,7 +189,7 @@ impl Exec<'_, '_> {
     fn start_reads(&mut self, throttle: &Throttle, watch: &mut dyn Watch) {
         let allow = throttle.allowance();
         while let Some(&next) = self.pending.front() {
-            if self.busy() >= allow.depth.max(1) {
+            if self.busy() >= allow.depth {
                 return;
             }
             let Some(s) = self.slots.iter().position(|s| matches!(s, Slot::Free)) else {

@@ -3,12 +3,23 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+/// A drive's cumulative counters (`/sys/block/<dev>/stat`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Reads completed.
+    pub reads: u64,
+    /// Time those reads took, summed over the reads, in milliseconds.
+    pub read_ms: u64,
+    /// Writes completed.
+    pub writes: u64,
+}
+
 /// Completed requests of a drive, whoever issued them.
 pub trait DeviceCounters: Send {
     /// A name for messages (`sda`, `loop3+loop4`).
     fn name(&self) -> &str;
-    /// Completed (reads, writes) so far; `None` if they cannot be read.
-    fn read(&mut self) -> Option<(u64, u64)>;
+    /// The counters so far; `None` if they cannot be read.
+    fn read(&mut self) -> Option<Counters>;
     /// Largest request the block layer sends the drive whole: a longer one
     /// of ours counts as several.
     fn max_io(&self) -> u64;
@@ -54,17 +65,19 @@ impl DeviceCounters for SysBlock {
         &self.name
     }
 
-    fn read(&mut self) -> Option<(u64, u64)> {
-        let mut sum = (0u64, 0u64);
+    fn read(&mut self) -> Option<Counters> {
+        let mut sum = Counters::default();
         for p in &self.stats {
             let text = fs::read_to_string(p).ok()?;
             let v: Vec<u64> = text
                 .split_whitespace()
                 .filter_map(|x| x.parse().ok())
                 .collect();
-            // Fields: reads completed (0), … writes completed (4).
-            sum.0 += *v.first()?;
-            sum.1 += *v.get(4)?;
+            // Fields: reads completed (0), merged (1), sectors (2), read
+            // ticks in ms (3), writes completed (4), …
+            sum.reads += *v.first()?;
+            sum.read_ms += *v.get(3)?;
+            sum.writes += *v.get(4)?;
         }
         Some(sum)
     }
@@ -82,8 +95,8 @@ mod tests {
     fn sums_drives_and_takes_the_smallest_request_limit() {
         let root = tempfile::tempdir().unwrap();
         for (d, stat, kb, segs) in [
-            ("sda", "10 0 80 0 5 0 40 0 0 0 0", "1280", "128"),
-            ("sdb", "1 0 8 0 2 0 16 0 0 0 0", "64", "128"),
+            ("sda", "10 0 80 30 5 0 40 0 0 0 0", "1280", "128"),
+            ("sdb", "1 0 8 4 2 0 16 0 0 0 0", "64", "128"),
         ] {
             let q = root.path().join("block").join(d).join("queue");
             fs::create_dir_all(&q).unwrap();
@@ -93,7 +106,14 @@ mod tests {
         }
         let mut s = SysBlock::new(root.path(), &["sda".into(), "sdb".into()]).unwrap();
         assert_eq!(s.name(), "sda+sdb");
-        assert_eq!(s.read(), Some((11, 7)));
+        assert_eq!(
+            s.read(),
+            Some(Counters {
+                reads: 11,
+                read_ms: 34,
+                writes: 7
+            })
+        );
         assert_eq!(s.max_io(), 64 << 10);
         fs::remove_file(root.path().join("block/sdb/stat")).unwrap();
         assert_eq!(s.read(), None, "a drive that vanished: no counts");

@@ -1,0 +1,128 @@
+//! One run: a refresh in the background (its per-file JSON timed) beside a
+//! reader, or the reader alone.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::beds::{Bed, MIB};
+use crate::readers::{Latencies, Reader};
+
+/// What the refresh did while the reader ran.
+pub struct Outcome {
+    pub mib_per_s: f64,
+}
+
+fn drop_caches() {
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+}
+
+/// A refresh running in the background; its per-file JSON lines are timed,
+/// and `ended` is set when it exits.
+struct Refresh {
+    pid: i32,
+    waiter: std::thread::JoinHandle<std::process::ExitStatus>,
+    started: Instant,
+    done: std::sync::mpsc::Receiver<(Duration, u64)>,
+    ended: Arc<AtomicBool>,
+}
+
+impl Refresh {
+    fn start(dir: &Path, extra: &[&str]) -> Refresh {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_refreshd"))
+            .env(
+                "REFRESHD_STATE_DIR",
+                concat!(env!("CARGO_TARGET_TMPDIR"), "/bench-state"),
+            )
+            .args(["refresh", "--no-progress", "--json"])
+            .args(extra)
+            .arg(dir.join("aged"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let pid = child.id() as i32;
+        let started = Instant::now();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // The summary's bytes (the last file's too, interrupted or
+            // not) and the time the refresh ran.
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+                let s = &v["summary"];
+                if let (Some(b), Some(t)) = (s["bytes_refreshed"].as_u64(), s["elapsed_s"].as_f64())
+                {
+                    let _ = tx.send((Duration::from_secs_f64(t), b));
+                }
+            }
+        });
+        let ended = Arc::new(AtomicBool::new(false));
+        let flag = ended.clone();
+        let waiter = std::thread::spawn(move || {
+            let s = child.wait().unwrap();
+            flag.store(true, Ordering::Relaxed);
+            s
+        });
+        Refresh {
+            pid,
+            waiter,
+            started,
+            done: rx,
+            ended,
+        }
+    }
+
+    /// Stops it (SIGINT: it ends after its I/O in flight) if it still
+    /// runs after `window`, else waits for its end: (bytes done, the time
+    /// it ran).
+    fn finish(self, window: Duration) -> (u64, Duration) {
+        let cut = !window.is_zero() && !self.ended.load(Ordering::Relaxed);
+        let total = self.started.elapsed();
+        if cut {
+            let pid = nix::unistd::Pid::from_raw(self.pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        }
+        let status = self.waiter.join().unwrap();
+        assert!(cut || status.success(), "refresh failed: {status}");
+        let _ = total;
+        let (ran, bytes) = self
+            .done
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the refresh's summary");
+        (bytes, ran)
+    }
+}
+
+/// The reader beside a refresh with `extra` arguments (`None`: alone),
+/// for at most `secs` (less when the refresh ends first).
+pub fn run_case(
+    bed: &Bed<'_>,
+    reader: Reader,
+    extra: Option<&[&str]>,
+    secs: u64,
+) -> (Latencies, Option<Outcome>) {
+    (bed.age)();
+    drop_caches();
+    let window = Duration::from_secs(secs);
+    let refresh = extra.map(|x| Refresh::start(&bed.dir, x));
+    let never = AtomicBool::new(false);
+    let stop = refresh.as_ref().map_or(&never, |r| &*r.ended);
+    let lat = reader.run(&bed.dir.join("app"), window, stop);
+    let outcome = refresh.map(|r| {
+        let (bytes, ran) = r.finish(window);
+        Outcome {
+            mib_per_s: bytes as f64 / MIB as f64 / ran.as_secs_f64(),
+        }
+    });
+    (lat, outcome)
+}
+
+/// A whole refresh with no reader: its time.
+pub fn time_alone(bed: &Bed<'_>, extra: &[&str]) -> Duration {
+    (bed.age)();
+    drop_caches();
+    Refresh::start(&bed.dir, extra).finish(Duration::ZERO).1
+}

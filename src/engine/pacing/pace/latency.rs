@@ -1,0 +1,94 @@
+//! The application's read latency, told apart from ours: from the drive's
+//! counters (reads completed and the milliseconds they took, summed) minus
+//! what our own reads account for there.
+
+use std::collections::VecDeque;
+
+use super::device::Counters;
+use crate::io::account::OwnDone;
+
+/// Ticks summed into one estimate (the counters and our completions are
+/// read at slightly different moments; a window evens that out).
+pub const WINDOW_TICKS: usize = 5;
+/// Fewer of the application's reads than this in a window: no estimate.
+pub const MIN_READS: u64 = 8;
+
+/// One tick of the application's reads: how many, and their time.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TickReads {
+    /// Signed: a read of ours the drive counted in an earlier tick than we
+    /// reaped it shows as -1 here and +1 there; summed, it cancels out.
+    pub reads: i64,
+    pub ms: f64,
+}
+
+/// Separates the application's reads from ours, tick by tick.
+#[derive(Debug, Default)]
+pub struct Separator {
+    last: Option<Counters>,
+    window: VecDeque<TickReads>,
+}
+
+impl Separator {
+    /// Forgets everything (another drive).
+    pub fn reset(&mut self) {
+        self.last = None;
+        self.window.clear();
+    }
+
+    /// Takes this tick's counters and our completions. Returns the
+    /// application's reads of this tick, or `None` when they cannot be
+    /// told apart (first reading, unreadable counters, or I/O of ours the
+    /// kernel did without countable requests).
+    pub fn tick(&mut self, now: Option<Counters>, own: &OwnDone, max_io: u64) -> Option<TickReads> {
+        let Some(now) = now else {
+            self.last = None;
+            return None;
+        };
+        let last = self.last.replace(now)?;
+        if own.uncounted {
+            return None;
+        }
+        // The block layer splits a request of ours longer than `max_io`
+        // into pieces that run side by side: each counts as a read, each
+        // for about our request's latency.
+        let pieces = |len: u64| len.div_ceil(max_io.max(4096)).max(1);
+        let own_reads: u64 = own.reads.iter().map(|r| pieces(r.0)).sum();
+        let own_ms: f64 = own
+            .reads
+            .iter()
+            .map(|r| pieces(r.0) as f64 * r.1.as_secs_f64() * 1e3)
+            .sum();
+        let t = TickReads {
+            reads: now.reads.saturating_sub(last.reads) as i64 - own_reads as i64,
+            ms: now.read_ms.saturating_sub(last.read_ms) as f64 - own_ms,
+        };
+        self.window.push_back(t);
+        if self.window.len() > WINDOW_TICKS {
+            self.window.pop_front();
+        }
+        Some(t)
+    }
+
+    /// The application's reads over the window.
+    pub fn reads(&self) -> u64 {
+        self.window.iter().map(|t| t.reads).sum::<i64>().max(0) as u64
+    }
+
+    /// The application's mean read latency over the window, in ms, when
+    /// it read enough to say.
+    pub fn latency_ms(&self) -> Option<f64> {
+        let reads = self.reads();
+        if reads < MIN_READS {
+            return None;
+        }
+        let ms: f64 = self.window.iter().map(|t| t.ms).sum();
+        Some((ms / reads as f64).max(0.0))
+    }
+
+    /// Starts a fresh window (after a change of ours the old ticks would
+    /// blur).
+    pub fn restart(&mut self) {
+        self.window.clear();
+    }
+}
