@@ -130,6 +130,8 @@ fn alert_rules_pass_promtool() {
         "RefreshdRefreshFailing",
         "RefreshdReadErrors",
         "RefreshdDown",
+        "RefreshdCannotSample",
+        "RefreshdSyscallRefused",
     ] {
         assert!(text.contains(alert), "missing alert {alert}");
     }
