@@ -23,6 +23,11 @@ pub trait DeviceCounters: Send {
     /// Largest request the block layer sends the drive whole: a longer one
     /// of ours counts as several.
     fn max_io(&self) -> u64;
+    /// Reads in flight on the drive right now, whoever issued them
+    /// (`/sys/block/<dev>/inflight`); `None` if it cannot be read.
+    fn reads_in_flight(&mut self) -> Option<u64> {
+        None
+    }
 }
 
 /// `/sys/block/<name>/stat` of one or more whole drives, summed.
@@ -30,6 +35,7 @@ pub trait DeviceCounters: Send {
 pub struct SysBlock {
     name: String,
     stats: Vec<PathBuf>,
+    inflight: Vec<PathBuf>,
     max_io: u64,
 }
 
@@ -50,6 +56,10 @@ impl SysBlock {
         let s = SysBlock {
             name: drives.join("+"),
             stats: drives.iter().map(|d| block.join(d).join("stat")).collect(),
+            inflight: drives
+                .iter()
+                .map(|d| block.join(d).join("inflight"))
+                .collect(),
             max_io,
         };
         Some(s)
@@ -85,6 +95,16 @@ impl DeviceCounters for SysBlock {
     fn max_io(&self) -> u64 {
         self.max_io
     }
+
+    fn reads_in_flight(&mut self) -> Option<u64> {
+        let mut sum = 0;
+        for p in &self.inflight {
+            // "reads writes"
+            let text = fs::read_to_string(p).ok()?;
+            sum += text.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+        Some(sum)
+    }
 }
 
 #[cfg(test)]
@@ -101,6 +121,11 @@ mod tests {
             let q = root.path().join("block").join(d).join("queue");
             fs::create_dir_all(&q).unwrap();
             fs::write(root.path().join("block").join(d).join("stat"), stat).unwrap();
+            fs::write(
+                root.path().join("block").join(d).join("inflight"),
+                "       2        5\n",
+            )
+            .unwrap();
             fs::write(q.join("max_sectors_kb"), kb).unwrap();
             fs::write(q.join("max_segments"), segs).unwrap();
         }
@@ -115,6 +140,7 @@ mod tests {
             })
         );
         assert_eq!(s.max_io(), 64 << 10);
+        assert_eq!(s.reads_in_flight(), Some(4), "reads only, summed");
         fs::remove_file(root.path().join("block/sdb/stat")).unwrap();
         assert_eq!(s.read(), None, "a drive that vanished: no counts");
     }

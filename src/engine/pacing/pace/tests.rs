@@ -3,9 +3,9 @@ use std::time::Duration;
 
 use super::*;
 
-/// A drive whose counters the test moves.
+/// A drive whose counters the test moves (and its reads in flight).
 #[derive(Clone, Default)]
-struct FakeDrive(Arc<Mutex<Option<Counters>>>);
+struct FakeDrive(Arc<Mutex<Option<Counters>>>, Arc<Mutex<u64>>);
 
 impl FakeDrive {
     /// `reads` reads taking `ms` milliseconds in all, and `writes` writes.
@@ -29,6 +29,9 @@ impl DeviceCounters for FakeDrive {
     fn max_io(&self) -> u64 {
         512 << 10
     }
+    fn reads_in_flight(&mut self) -> Option<u64> {
+        Some(*self.1.lock().unwrap())
+    }
 }
 
 const MIB: u64 = 1 << 20;
@@ -42,8 +45,14 @@ struct Rig {
 
 impl Rig {
     fn new(mode: YieldMode, rate: Option<u64>) -> Rig {
+        Rig::with_reads_in_flight(mode, rate, 0)
+    }
+
+    /// `in_flight`: others' reads in flight when the refresh starts.
+    fn with_reads_in_flight(mode: YieldMode, rate: Option<u64>, in_flight: u64) -> Rig {
         let drive = FakeDrive::default();
         drive.add(0, 0, 0);
+        *drive.1.lock().unwrap() = in_flight;
         let mut pacer = Pacer::new(
             PaceConfig {
                 mode,
@@ -124,6 +133,24 @@ fn an_idle_drive_gets_the_configured_rate_from_the_start() {
     }
     assert!(!r.sharing(), "our own reads are not an application");
     assert_eq!(r.pacer.allowance().rate, Some(50 * MIB));
+}
+
+#[test]
+fn a_drive_busy_at_the_start_is_learned_before_the_first_request() {
+    let mut r = Rig::with_reads_in_flight(YieldMode::Auto, Some(50 * MIB), 1);
+    assert!(
+        matches!(r.pacer.phase, Phase::Learning { .. }),
+        "the first tick learns: {:?}",
+        r.pacer.phase
+    );
+    assert_eq!(r.pacer.allowance().depth, 0, "nothing of ours in flight");
+    r.app_for(LEARN, 0, 0.4);
+    assert!(r.sharing());
+    assert_eq!(r.rate(), FLOOR, "and shares from the floor up");
+    // Off: nobody looks.
+    let off = Rig::with_reads_in_flight(YieldMode::Off, Some(50 * MIB), 1);
+    assert_eq!(off.pacer.allowance().rate, Some(50 * MIB));
+    assert_eq!(off.pacer.allowance().depth, 8);
 }
 
 #[test]
