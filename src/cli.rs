@@ -148,12 +148,13 @@ pub struct RefreshArgs {
     /// leaves the mtime of the file it was writing moved).
     #[arg(long, value_name = "DIR", env = "REFRESHD_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
-    /// auto: while other processes use the drive, one small request at a
-    /// time at the --yield-floor rate, back to --rate when the drive is
-    /// quiet; off: always --rate and --queue-depth.
+    /// auto: while an application reads the drive, keep its read latency
+    /// within 1.2× its latency alone (learned with the refresh silent) and
+    /// take what that leaves, never below --yield-floor; --rate when it
+    /// does not read; off: always --rate and --queue-depth.
     #[arg(long = "yield", value_enum, default_value_t = DEFAULTS.yield_mode)]
     pub yield_mode: YieldMode,
-    /// The rate never drops below this while yielding.
+    /// The rate never drops below this while sharing the drive.
     #[arg(long, value_name = "BYTES/s", default_value_t = DEFAULTS.yield_floor)]
     pub yield_floor: Rate,
     /// idle: reads in the idle I/O class and writes at best-effort 7, per

@@ -48,10 +48,11 @@ table! {
             read |p, k, v| readers::rate(p, k, v).map(Some);
         /// Refresh throttle per drive (reads and writes of the same bytes).
         rate: Rate = DEFAULT_RATE, key "rate", read readers::rate;
-        /// auto: the refresh yields to the application on its drive (see
-        /// docs/benchmarks.md); off: always `rate`.
+        /// auto: while an application reads the drive, its read latency is
+        /// held within 1.2× its latency alone and the refresh takes what
+        /// that leaves (docs/DESIGN.md, Pacing); off: always `rate`.
         yield_mode: YieldMode = YieldMode::Auto, key "yield", read readers::value;
-        /// The refresh never goes slower than this while yielding.
+        /// The refresh never goes slower than this while sharing the drive.
         yield_floor: Rate = Rate(DEFAULT_FLOOR), key "yield_floor", read readers::rate;
         /// idle: reads in the idle I/O class, writes best-effort 7 (they
         /// must finish inside a lease break), per request; inherit: the

@@ -191,14 +191,14 @@ impl Metrics {
         );
         r.register_with_unit(
             "yield",
-            "Time the drive's refresh spent yielding to other processes' I/O \
-             (one small request at a time at the yield floor)",
+            "Time the drive's refresh spent sharing the drive with an application's \
+             reads (paced by the application's latency, never below the yield floor)",
             Unit::Seconds,
             m.yield_seconds.clone(),
         );
         r.register(
             "yielding",
-            "1 while the drive's refresh yields to other processes' I/O",
+            "1 while the drive's refresh shares the drive with an application's reads",
             m.yielding.clone(),
         );
         r.register(

@@ -36,8 +36,9 @@ pub enum Strategy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum YieldMode {
-    /// Watch the drive: fewer, smaller requests at the floor rate while
-    /// other processes use it; back to the configured rate when it is quiet.
+    /// Watch the drive: while an application reads it, hold its latency
+    /// within 1.2× its latency alone (never below the floor); the
+    /// configured rate when it does not read (`engine::pacing::pace`).
     Auto,
     /// Always the configured rate and depth.
     Off,

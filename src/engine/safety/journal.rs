@@ -31,7 +31,7 @@
 //! (fstat) after that write, the kernel (multigrain timestamps, Linux
 //! 6.13+) gives the next change a strictly later ctime. On older kernels a
 //! change within the same timer tick (≤ 4 ms) as refreshd's last write
-//! could keep the same ctime: that residual is documented in the README.
+//! could keep the same ctime: that residual is documented in docs/safety.md.
 //! Any mismatch leaves the mtime as it is: never an old mtime over a new
 //! write, at the price of sometimes not restoring one refreshd moved (a
 //! crash while a write was in flight). Relocation never changes mtime or
