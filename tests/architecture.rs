@@ -29,7 +29,6 @@ type ModPath = Vec<String>;
 /// kernel.
 const LAYERS: &[&[&str]] = &[
     &["cli"],
-    &["client"],
     &["daemon"],
     &["coordination"],
     &["oneshot", "survey"],

@@ -252,6 +252,18 @@ fn one_case(fs: &LoopFs, case: usize, names: &[Vec<u8>]) {
         String::from_utf8_lossy(&checked.stdout),
         String::from_utf8_lossy(&checked.stderr)
     );
+    // A real one-shot refresh --json (not a dry run): each file's record
+    // names it, refreshed.
+    let out = refreshd()
+        .args(["refresh", "--json", "--no-progress"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "the deep directory fails");
+    let lines = json_lines(&out.stdout, "refresh --json");
+    names_every_file(&lines, &files, "refresh --json (real)");
+    let refreshed = lines.iter().filter(|l| l["status"] == "refreshed").count();
+    assert_eq!(refreshed, files.len(), "{lines:?}");
     for f in &files {
         assert!(std::fs::read(f).is_ok());
     }
@@ -265,7 +277,7 @@ fn privileged_byte_names_pass_through_every_output() {
     let fs = LoopFs::new("ext4", 512);
     let case = std::sync::atomic::AtomicUsize::new(0);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 4,
+        cases: 8,
         ..ProptestConfig::default()
     });
     runner

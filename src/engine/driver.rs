@@ -17,7 +17,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::Strategy;
 use crate::engine::pacing::pace::{DeviceCounters, PaceConfig, Pacer, SysBlock};
 use crate::engine::pacing::throttle::Throttle;
 use crate::engine::report::{FailKind, FileReport, Outcome, SkipReason};
@@ -27,6 +26,7 @@ use crate::engine::safety::journal::Record;
 use crate::engine::safety::lease::{self, LeaseClock};
 use crate::engine::settings::{EngineConfig, EngineError, Progress};
 use crate::engine::strategy::{inplace, relocate, Done, FileJob};
+use crate::engine::types::Strategy;
 use crate::io::account::OwnIo;
 use crate::io::backend::{self, BackendChoice, BackendKind};
 use crate::io::buffers::BufferPool;

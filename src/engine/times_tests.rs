@@ -83,7 +83,7 @@ fn refresh(
     let journal = Arc::new(Journal::open(&tmp.path().join("state")).unwrap());
     let engine = Engine::start(EngineConfig {
         journal: Some(journal.clone()),
-        strategy: crate::config::Strategy::Inplace,
+        strategy: crate::engine::types::Strategy::Inplace,
         unsafe_switches: sw,
         ..EngineConfig::default()
     })
@@ -140,7 +140,7 @@ fn nothing_else_happening_the_times_go_back() {
     std::fs::write(&p, vec![9u8; 256 << 10]).unwrap();
     set_times(&p, OLD, OLD);
     let engine = Engine::start(EngineConfig {
-        strategy: crate::config::Strategy::Inplace,
+        strategy: crate::engine::types::Strategy::Inplace,
         ..EngineConfig::default()
     })
     .unwrap();
