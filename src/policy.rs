@@ -19,6 +19,9 @@
 //! refreshing internally or failing): reported, not rewritten again and
 //! again. It leaves that state when a later round is healthy, or when an
 //! operator forces a refresh.
+//!
+//! **Ahead.** [`forecast`] fits how the drive slows with its data's age
+//! and says when its stale data will cross a floor.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -361,6 +364,8 @@ pub fn plan_records(
     }
     (out, records)
 }
+
+pub mod forecast;
 
 #[cfg(test)]
 mod tests;

@@ -63,6 +63,9 @@ pub struct DriveReport {
     /// Where the data's ages come from (the daemon's record, or mtimes
     /// only, and why).
     pub ages: String,
+    /// When the stale data will read below a floor, from this round's
+    /// ages (`None`: fewer than two ages read measurably slower than fresh).
+    pub forecast: Option<policy::forecast::Forecast>,
 }
 
 /// Per drive label: its drives, the trees on it, their files.
@@ -125,6 +128,7 @@ pub fn run(opts: &SurveyOptions) -> Result<Vec<DriveReport>, SurveyError> {
             Some(_) => "healthy",
         }
         .to_string();
+        let forecast = one_round_forecast(&sample, &judgement, opts);
         // What `refreshd refresh` of these trees would rewrite: the stale
         // files, whatever the verdict (the daemon refreshes only a
         // degraded drive: the verdict says whether it would).
@@ -148,9 +152,22 @@ pub fn run(opts: &SurveyOptions) -> Result<Vec<DriveReport>, SurveyError> {
             verdict,
             plan,
             ages: ages.clone(),
+            forecast,
         });
     }
     Ok(out)
+}
+
+/// The forecast from one round: its age buckets are the points.
+fn one_round_forecast(
+    sample: &DriveSample,
+    j: &Judgement,
+    opts: &SurveyOptions,
+) -> Option<policy::forecast::Forecast> {
+    let fresh = j.fresh_bps.filter(|_| j.slow.is_none())?;
+    let mut history = policy::forecast::History::default();
+    history.add(policy::forecast::points_of(sample, fresh));
+    policy::forecast::forecast(&history, sample, fresh, opts.stale_after, opts.thresholds)
 }
 
 /// Ages the files as the daemon does: their last refresh from its record
@@ -234,6 +251,13 @@ pub fn render(reports: &[DriveReport], opts: &SurveyOptions) -> String {
             j.reasons.join("; ")
         };
         let _ = writeln!(out, "  verdict: {} ({why}; one round)", r.verdict);
+        let _ = match &r.forecast {
+            Some(f) => writeln!(out, "  forecast: {} ({})", f.words(), f.basis()),
+            None => writeln!(
+                out,
+                "  forecast: none yet (it needs data of two ages reading measurably slower than fresh)"
+            ),
+        };
         // A slow drive: a rewrite cannot help, so no plan is shown.
         if !r.plan.files.is_empty() && r.verdict != "slow" {
             let _ = writeln!(

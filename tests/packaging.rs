@@ -131,6 +131,7 @@ fn alert_rules_pass_promtool() {
         "RefreshdReadErrors",
         "RefreshdDown",
         "RefreshdCannotSample",
+        "RefreshdDriveDegradingSoon",
         "RefreshdSyscallRefused",
     ] {
         assert!(text.contains(alert), "missing alert {alert}");

@@ -20,6 +20,7 @@ mod drives;
 mod fleet;
 #[cfg(feature = "fleet")]
 mod fleet_harness;
+mod forecast;
 mod guards;
 mod helpers;
 mod home;

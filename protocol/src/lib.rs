@@ -16,6 +16,7 @@
 
 pub mod ask;
 pub mod drive;
+pub mod forecast;
 pub mod fsid;
 pub mod health;
 pub mod pathtext;

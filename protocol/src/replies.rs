@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::drive::Drive;
+use crate::forecast::Forecast;
 use crate::health::{HealthState, Judgement, Reference};
 use crate::plan::Plan;
 use crate::sample::DriveSample;
@@ -135,11 +136,16 @@ pub struct SampleSummary {
     pub reference: Option<Reference>,
     pub unjudged: Option<String>,
     pub slow: Option<String>,
+    /// When the stale data will read below a floor, at the rate the drive
+    /// has been slowing down (`None`: not enough ages measured yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<Forecast>,
 }
 
 impl SampleSummary {
-    pub fn of(at: i64, j: &Judgement) -> SampleSummary {
+    pub fn of(at: i64, j: &Judgement, forecast: Option<Forecast>) -> SampleSummary {
         SampleSummary {
+            forecast,
             at,
             stale_bps: j.stale_bps,
             fresh_bps: j.fresh_bps,
@@ -289,6 +295,10 @@ pub struct SampleRecord {
     pub at: i64,
     pub sample: DriveSample,
     pub judgement: Judgement,
+    /// When the stale data will read below a floor (from this round and
+    /// the drive's earlier ones; `None`: not enough ages measured yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<Forecast>,
 }
 
 /// One entry of `survey`.

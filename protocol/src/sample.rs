@@ -86,6 +86,9 @@ pub struct BucketSample {
     pub bytes: u64,
     pub stale: bool,
     pub measured: Measurement,
+    /// The mean age of the bucket's data, by bytes (months).
+    #[serde(default)]
+    pub mean_months: Option<f64>,
 }
 
 /// A round on one drive.

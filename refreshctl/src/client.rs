@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use refreshd_protocol::ask::{self, reply_of, Ask};
+use refreshd_protocol::health::HealthState;
 use refreshd_protocol::replies::{
     CoordinationReply, DriveEntry, NowAccepted, PlanReply, SampleRecord, SlotReply, StatusReply,
     SurveyReply,
@@ -275,6 +276,15 @@ pub fn render_status(v: &StatusReply) -> String {
             }
             if let Some(why) = &s.unjudged {
                 note(format!("cannot judge: {why}"));
+            }
+            // The drive's future: worth a line while it is not degraded.
+            if let Some(f) = s.forecast.filter(|_| {
+                !matches!(
+                    d.state,
+                    HealthState::Degraded | HealthState::Slow | HealthState::NotRecovering
+                )
+            }) {
+                note(format!("forecast: {} ({})", f.words(), f.basis()));
             }
         }
     }

@@ -279,7 +279,7 @@ fn status(shared: &Shared) -> StatusReply {
                 last_sample: st
                     .last_sample
                     .as_ref()
-                    .map(|s| SampleSummary::of(s.at, &s.judgement)),
+                    .map(|s| SampleSummary::of(s.at, &s.judgement, s.forecast)),
                 refresh: st.refresh.clone(),
                 yielding: c.pace.yielding().map(|y| YieldingNow {
                     since: y.since,

@@ -70,6 +70,8 @@ pub struct Metrics {
     pub registry: Registry,
     pub stale_throughput: Family<Dev, GaugeF>,
     pub fresh_throughput: Family<Dev, GaugeF>,
+    /// The forecast: NaN unknown, +Inf not within the horizon.
+    pub until_degraded: Family<Dev, GaugeF>,
     pub latency: Family<DevQuantile, GaugeF>,
     pub degraded: Family<Dev, Gauge>,
     pub state: Family<DevState, Gauge>,
@@ -104,6 +106,7 @@ impl Metrics {
             registry: Registry::default(),
             stale_throughput: Family::default(),
             fresh_throughput: Family::default(),
+            until_degraded: Family::default(),
             latency: Family::default(),
             degraded: Family::default(),
             state: Family::default(),
@@ -132,6 +135,12 @@ impl Metrics {
             "Median sequential O_DIRECT read throughput of stale data in the last sample",
             Unit::Other("bytes_per_second".into()),
             m.stale_throughput.clone(),
+        );
+        r.register(
+            "drive_seconds_until_degraded",
+            "Forecast: seconds until the drive's stale data reads below a floor, \
+             from how it slows with age (NaN: not enough ages measured; +Inf: not within 3 years)",
+            m.until_degraded.clone(),
         );
         r.register_with_unit(
             "fresh_read_throughput",
@@ -268,6 +277,19 @@ impl Metrics {
         }
     }
 
+    /// The drive's forecast after a round.
+    pub fn forecast(&self, device: &str, f: Option<&crate::policy::forecast::Forecast>) {
+        let v = match f {
+            None => f64::NAN,
+            Some(f) => f.seconds_until_degraded.unwrap_or(f64::INFINITY),
+        };
+        self.until_degraded
+            .get_or_create(&Dev {
+                device: device.into(),
+            })
+            .set(v);
+    }
+
     /// The text exposition.
     pub fn encode(&self) -> String {
         let mut s = String::new();
@@ -285,6 +307,7 @@ impl Metrics {
         // sees every series, and no value).
         self.stale_throughput.get_or_create(&dev).set(f64::NAN);
         self.fresh_throughput.get_or_create(&dev).set(f64::NAN);
+        self.until_degraded.get_or_create(&dev).set(f64::NAN);
         self.stale_bytes.get_or_create(&dev).set(0);
         self.scan_unreadable.get_or_create(&dev).set(0);
         self.in_progress.get_or_create(&dev).set(0);
@@ -439,56 +462,4 @@ impl Default for Metrics {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::report::Range;
-
-    #[test]
-    fn a_revoked_lease_is_counted_with_its_bytes_and_reason() {
-        let m = Metrics::new();
-        let mut r = FileReport::new(
-            "/srv/a".into(),
-            Outcome::failed(crate::engine::report::FailKind::LeaseRevoked, "revoked"),
-        );
-        r.lease_exposed = vec![Range {
-            offset: 0,
-            len: 1 << 20,
-        }];
-        m.record_report("sda", &r);
-        m.record_report("sda", &FileReport::new("/srv/b".into(), Outcome::Refreshed));
-        let text = m.encode();
-        assert!(
-            text.contains("refreshd_lease_exposed_bytes_total{device=\"sda\"} 1048576"),
-            "{text}"
-        );
-        assert!(text.contains("reason=\"lease_revoked\""), "{text}");
-        assert!(!text.contains("/srv/"), "no file names in labels");
-    }
-
-    #[test]
-    fn every_failure_has_a_stable_reason_label_from_the_first_scrape() {
-        use crate::engine::report::FailKind;
-        let m = Metrics::new();
-        m.init_drive("sdx");
-        let text = m.encode();
-        for k in FailKind::ALL {
-            let series = format!(
-                "refreshd_refresh_files_total{{device=\"sdx\",outcome=\"failed\",reason=\"{}\"}} 0",
-                k.as_str()
-            );
-            assert!(text.contains(&series), "{series} missing: {text}");
-        }
-        assert!(
-            !text.contains("outcome=\"failed\",reason=\"\""),
-            "no empty reason"
-        );
-        let r = FileReport::new(
-            "/srv/a".into(),
-            Outcome::failed(FailKind::NoSpace, "ENOSPC"),
-        );
-        m.record_report("sdx", &r);
-        assert!(m.encode().contains(
-            "refreshd_refresh_files_total{device=\"sdx\",outcome=\"failed\",reason=\"no_space\"} 1"
-        ));
-    }
-}
+mod tests;

@@ -233,6 +233,7 @@ mod references_support {
                 bytes: 1,
                 stale: false,
                 measured: measured(f),
+                mean_months: Some(0.5),
             });
         }
         DriveSample {

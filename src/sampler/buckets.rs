@@ -27,10 +27,17 @@ pub struct Group {
     pub stale_bytes: u64,
     /// Allocated bytes (the weights).
     pub alloc: u64,
+    /// Sum of age (months) × size, for the bytes' mean age.
+    age_bytes: f64,
     reservoir: BinaryHeap<Reverse<Keyed>>,
 }
 
 impl Group {
+    /// The mean age of the bucket's bytes, in months (`None`: no bytes).
+    pub fn mean_months(&self) -> Option<f64> {
+        (self.bytes > 0).then(|| self.age_bytes / self.bytes as f64)
+    }
+
     /// Every file of the bucket is stale.
     pub fn all_stale(&self) -> bool {
         self.files > 0 && self.stale_files == self.files
@@ -91,9 +98,11 @@ impl Buckets {
     /// Counts one file and offers it to its bucket's reservoir.
     pub fn add(&mut self, f: FileRecord) {
         let age = f.data_age(self.now);
-        let g = &mut self.groups[bucket_of(age.as_secs_f64() / MONTH)];
+        let months = age.as_secs_f64() / MONTH;
+        let g = &mut self.groups[bucket_of(months)];
         g.files += 1;
         g.bytes += f.size;
+        g.age_bytes += months * f.size as f64;
         g.alloc += f.alloc;
         if age >= self.stale_after {
             g.stale_files += 1;

@@ -53,12 +53,12 @@ pub fn find_refreshd() -> Result<PathBuf> {
     if let Some(p) = candidates.iter().find(|p| p.is_file()) {
         return Ok(p.clone());
     }
-    eprintln!("building refreshd (cargo build --release -p refreshd) …");
+    // cargo's own progress shows: the first build takes minutes.
+    eprintln!("building refreshd (cargo build --release -p refreshd; minutes the first time) …");
     let ok = Command::new("cargo")
         .args([
             "build",
             "--release",
-            "-q",
             "-p",
             "refreshd",
             "--bin",

@@ -2,7 +2,7 @@
 
 use crate::config::Settings;
 use crate::inventory::{self, FileRecord, Store};
-use crate::policy::{self, HealthState, Thresholds};
+use crate::policy::{self, forecast, HealthState, Thresholds};
 use crate::sampler::{self, SampleOptions};
 
 use super::super::shared::{DriveCell, SampleRecord, Shared};
@@ -63,10 +63,18 @@ pub(super) fn sample(
             shared.metrics.sampled(&cell.label, &sample, now);
             let state = take_verdict(cell, &j, verification, since_baseline, now);
             shared.metrics.set_state(&cell.label, state);
-            cell.lock().last_sample = Some(SampleRecord {
+            let mut st = cell.lock();
+            let forecast = match verification {
+                // The rewritten files alone are not the drive's mix.
+                Some(_) => st.last_sample.as_ref().and_then(|r| r.forecast),
+                None => look_ahead(&mut st.ages, &sample, &j, s),
+            };
+            shared.metrics.forecast(&cell.label, forecast.as_ref());
+            st.last_sample = Some(SampleRecord {
                 at: now,
                 sample,
                 judgement: j,
+                forecast,
             });
             state
         }
@@ -84,6 +92,23 @@ pub(super) fn sample(
             state
         }
     }
+}
+
+/// Adds the round's age-vs-speed points to the drive's history and
+/// forecasts when its stale data will cross a floor.
+fn look_ahead(
+    ages: &mut forecast::History,
+    sample: &sampler::DriveSample,
+    j: &policy::Judgement,
+    s: &Settings,
+) -> Option<forecast::Forecast> {
+    let fresh = j.fresh_bps.filter(|_| j.slow.is_none())?;
+    ages.add(forecast::points_of(sample, fresh));
+    let th = Thresholds {
+        min_throughput: s.min_throughput,
+        min_ratio: s.min_ratio,
+    };
+    forecast::forecast(ages, sample, fresh, s.stale_after, th)
 }
 
 /// The files the round draws from, bucket by bucket.

@@ -1,0 +1,108 @@
+use super::*;
+use crate::units::Rate;
+
+const FRESH: f64 = 400e6;
+
+fn th(min_ratio: f64) -> Thresholds {
+    Thresholds {
+        min_throughput: Rate(0),
+        min_ratio,
+    }
+}
+
+/// excess = 0.1 · months^5
+fn law(months: f64) -> f64 {
+    0.1 * months.powi(5)
+}
+
+fn pts(ages: &[f64]) -> Vec<AgePoint> {
+    ages.iter()
+        .map(|&m| AgePoint {
+            months: m,
+            excess: law(m),
+        })
+        .collect()
+}
+
+#[test]
+fn the_fit_finds_the_power_of_age() {
+    let f = fit(&pts(&[1.0, 1.2, 1.5])).unwrap();
+    assert!((f.k - 5.0).abs() < 1e-9, "{f:?}");
+    assert!((f.excess(2.0) - law(2.0)).abs() < 1e-9);
+}
+
+#[test]
+fn one_odd_round_barely_moves_the_fit() {
+    let mut p = pts(&[1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3]);
+    p[5].excess /= 3.0; // a round that read far too fast
+    let f = fit(&p).unwrap();
+    assert!((f.k - 5.0).abs() < 0.01, "{f:?}");
+}
+
+#[test]
+fn one_age_is_not_a_slope() {
+    assert_eq!(fit(&pts(&[1.5])), None);
+    assert_eq!(fit(&pts(&[1.5, 1.5, 1.51])), None, "ages < 2 % apart");
+}
+
+#[test]
+fn all_data_of_one_age_crosses_when_its_excess_reaches_the_floor() {
+    // min_ratio 0.5: below once excess > 1, at 10^(1/5) = 1.585 months.
+    let f = fit(&pts(&[0.8, 1.0])).unwrap();
+    let s = seconds_until_degraded(f, &[(1.0, 1 << 30)], FRESH, Duration::ZERO, th(0.5)).unwrap();
+    let want = (10f64.powf(0.2) - 1.0) * MONTH;
+    assert!((s / want - 1.0).abs() < 0.001, "{s} vs {want}");
+}
+
+#[test]
+fn below_now_is_zero_and_a_slow_drive_is_not_within_the_horizon() {
+    let f = fit(&pts(&[0.8, 1.0])).unwrap();
+    let now = seconds_until_degraded(f, &[(2.0, 1 << 30)], FRESH, Duration::ZERO, th(0.5));
+    assert_eq!(now, Some(0.0));
+    let slow = Fit {
+        ln_c: (0.01f64).ln(),
+        k: 0.5,
+    };
+    let never = seconds_until_degraded(slow, &[(2.0, 1 << 30)], FRESH, Duration::ZERO, th(0.5));
+    assert_eq!(never, None, "0.01 · (2 + 36)^0.5 never reaches 1");
+}
+
+#[test]
+fn the_stale_data_is_the_median_of_what_is_stale_by_then() {
+    // Three quarters of the bytes are fresh (0.1 months): until they are
+    // stale themselves, the stale data is the old quarter alone.
+    let f = fit(&pts(&[0.8, 1.0])).unwrap();
+    let stale_after = Duration::from_secs_f64(MONTH); // one month
+    let mix = [(0.1, 3 << 30), (1.2, 1 << 30)];
+    let s = seconds_until_degraded(f, &mix, FRESH, stale_after, th(0.5)).unwrap();
+    let want = (10f64.powf(0.2) - 1.2) * MONTH;
+    assert!((s / want - 1.0).abs() < 0.001, "{s} vs {want}");
+    // With no stale_after, the fresh three quarters are the median: it
+    // takes until they are 1.585 months old.
+    let s = seconds_until_degraded(f, &mix, FRESH, Duration::ZERO, th(0.5)).unwrap();
+    let want = (10f64.powf(0.2) - 0.1) * MONTH;
+    assert!((s / want - 1.0).abs() < 0.001, "{s} vs {want}");
+}
+
+#[test]
+fn the_throughput_floor_counts_too() {
+    // min_throughput 100 MB/s of 400: below at excess 3, not 1.
+    let f = fit(&pts(&[0.8, 1.0])).unwrap();
+    let t = Thresholds {
+        min_throughput: Rate(100_000_000),
+        min_ratio: 0.0,
+    };
+    let s = seconds_until_degraded(f, &[(1.0, 1 << 30)], FRESH, Duration::ZERO, t).unwrap();
+    let want = (30f64.powf(0.2) - 1.0) * MONTH;
+    assert!((s / want - 1.0).abs() < 0.001, "{s} vs {want}");
+}
+
+#[test]
+fn history_keeps_the_last_rounds() {
+    let mut h = History::default();
+    for i in 0..(ROUNDS_KEPT + 3) {
+        h.add(pts(&[1.0 + i as f64 * 0.01]));
+    }
+    assert_eq!(h.points().count(), ROUNDS_KEPT);
+    assert!((h.points().next().unwrap().months - 1.03).abs() < 1e-9);
+}
