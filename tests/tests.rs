@@ -33,6 +33,7 @@ mod names;
 mod pacing;
 mod packaging;
 mod read_errors;
+mod readme;
 mod reboot;
 mod recovery;
 mod relocate;
