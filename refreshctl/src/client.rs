@@ -11,8 +11,8 @@ use serde_json::Value;
 use refreshd_protocol::ask::{self, reply_of, Ask};
 use refreshd_protocol::health::HealthState;
 use refreshd_protocol::replies::{
-    CoordinationReply, DriveEntry, NowAccepted, PlanReply, SampleRecord, SlotReply, StatusReply,
-    SurveyReply,
+    CoordinationReply, DriveEntry, DriveStatusReply, NowAccepted, PlanReply, SampleRecord,
+    SlotReply, StatusReply, SurveyReply,
 };
 use refreshd_protocol::state::SlotState;
 use refreshd_protocol::units::format_size;
@@ -228,65 +228,7 @@ pub fn render_status(v: &StatusReply) -> String {
     }
     let pad = " ".repeat(w[0] + 2);
     for d in &v.drives {
-        let mut note = |what: String| out.push_str(&format!("{pad}{}: {what}\n", d.device));
-        if let Some(w) = d.waiting {
-            note(w.sentence().to_string());
-        }
-        if let Some(e) = &d.error {
-            note(format!("note: {e}"));
-        }
-        if let Some(slot) = &d.slot {
-            note(slot_line(slot));
-        }
-        // A last round that did not do all it planned says so.
-        if let Some(r) = d
-            .last_round
-            .as_ref()
-            .filter(|r| d.refresh.is_none() && (!r.finished || r.failed + r.interrupted > 0))
-        {
-            let end = match (&r.stopped, r.finished) {
-                (Some(why), false) => format!(", stopped ({why})"),
-                _ => String::new(),
-            };
-            note(format!(
-                "last round ({}): {} of {} planned file(s) done: {}, {}{end}",
-                ago(Some(r.ended)),
-                r.refreshed + r.skipped + r.failed,
-                r.planned,
-                r.counts(),
-                format_size(r.bytes)
-            ));
-            for f in &r.failures {
-                note(format!("  failed {}: {}", f.path, f.reason));
-            }
-        }
-        if let Some(y) = &d.yielding {
-            note(format!(
-                "yielding since {}: {}",
-                ago(Some(y.since)),
-                y.reason
-            ));
-        }
-        if let Some(s) = &d.last_sample {
-            if let Some(why) = &s.slow {
-                note(format!("slow: {why}"));
-                for f in &d.diagnosis {
-                    note(format!("  {f}"));
-                }
-            }
-            if let Some(why) = &s.unjudged {
-                note(format!("cannot judge: {why}"));
-            }
-            // The drive's future: worth a line while it is not degraded.
-            if let Some(f) = s.forecast.filter(|_| {
-                !matches!(
-                    d.state,
-                    HealthState::Degraded | HealthState::Slow | HealthState::NotRecovering
-                )
-            }) {
-                note(format!("forecast: {} ({})", f.words(), f.basis()));
-            }
-        }
+        drive_notes(&mut out, d, &pad);
     }
     for u in &v.unwatched {
         out.push_str(&format!("not watched: {}\n", u.reason));
@@ -298,6 +240,71 @@ pub fn render_status(v: &StatusReply) -> String {
         out.push_str("no configured tree can be watched: nothing is refreshed\n");
     }
     out
+}
+
+/// The lines under the table about one drive: why it waits, errors, its
+/// fleet slot, a round that did not do all it planned, yielding, a slow
+/// or unjudged drive, the forecast.
+fn drive_notes(out: &mut String, d: &DriveStatusReply, pad: &str) {
+    let mut note = |what: String| out.push_str(&format!("{pad}{}: {what}\n", d.device));
+    if let Some(w) = d.waiting {
+        note(w.sentence().to_string());
+    }
+    if let Some(e) = &d.error {
+        note(format!("note: {e}"));
+    }
+    if let Some(slot) = &d.slot {
+        note(slot_line(slot));
+    }
+    // A last round that did not do all it planned says so.
+    if let Some(r) = d
+        .last_round
+        .as_ref()
+        .filter(|r| d.refresh.is_none() && (!r.finished || r.failed + r.interrupted > 0))
+    {
+        let end = match (&r.stopped, r.finished) {
+            (Some(why), false) => format!(", stopped ({why})"),
+            _ => String::new(),
+        };
+        note(format!(
+            "last round ({}): {} of {} planned file(s) done: {}, {}{end}",
+            ago(Some(r.ended)),
+            r.refreshed + r.skipped + r.failed,
+            r.planned,
+            r.counts(),
+            format_size(r.bytes)
+        ));
+        for f in &r.failures {
+            note(format!("  failed {}: {}", f.path, f.reason));
+        }
+    }
+    if let Some(y) = &d.yielding {
+        note(format!(
+            "yielding since {}: {}",
+            ago(Some(y.since)),
+            y.reason
+        ));
+    }
+    if let Some(s) = &d.last_sample {
+        if let Some(why) = &s.slow {
+            note(format!("slow: {why}"));
+            for f in &d.diagnosis {
+                note(format!("  {f}"));
+            }
+        }
+        if let Some(why) = &s.unjudged {
+            note(format!("cannot judge: {why}"));
+        }
+        // The drive's future: worth a line while it is not degraded.
+        if let Some(f) = s.forecast.filter(|_| {
+            !matches!(
+                d.state,
+                HealthState::Degraded | HealthState::Slow | HealthState::NotRecovering
+            )
+        }) {
+            note(format!("forecast: {} ({})", f.words(), f.basis()));
+        }
+    }
 }
 
 /// A drive's fleet slot, in one line.
