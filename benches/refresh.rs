@@ -14,6 +14,8 @@
 //! `REFRESHD_BENCH_ONLY=aged` runs only this part). Last, relocation vs
 //! in place on aged data per filesystem (`REFRESHD_BENCH_ONLY=relocate`),
 //! and relocation's throttle accuracy (`REFRESHD_BENCH_ONLY=relocate-rate`).
+//! The one-shot at its defaults on an idle drive against `--yield off` and
+//! dd (`REFRESHD_BENCH_ONLY=idle`: one 512 MiB file, 300 files of 1 MiB).
 //!
 //! `cargo bench` (root needed). `REFRESHD_BENCH_MIB` sets the file size
 //! (default 1024), `REFRESHD_BENCH_ROUNDS` the rounds (default 9), and
@@ -47,6 +49,11 @@ fn drop_caches() {
 }
 
 fn engine(file: &Path, extra: &[&str]) -> Duration {
+    engine_files(file, extra, 1)
+}
+
+/// `refreshd refresh` of `path` (a file or a directory of `files` files).
+fn engine_files(path: &Path, extra: &[&str], files: usize) -> Duration {
     let t = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_refreshd"))
         .env(
@@ -55,7 +62,7 @@ fn engine(file: &Path, extra: &[&str]) -> Duration {
         )
         .args(["refresh", "--no-progress"])
         .args(extra)
-        .arg(file)
+        .arg(path)
         .output()
         .unwrap();
     let d = t.elapsed();
@@ -65,8 +72,69 @@ fn engine(file: &Path, extra: &[&str]) -> Duration {
         String::from_utf8_lossy(&out.stdout)
     );
     let s = String::from_utf8_lossy(&out.stdout);
-    assert!(s.contains("1 refreshed"), "{s}");
+    assert!(s.contains(&format!("{files} refreshed")), "{s}");
     d
+}
+
+/// The usual loop: `dd conv=notrunc` over every file of `dir`.
+fn dd_loop(dir: &Path) -> Duration {
+    let t = Instant::now();
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "for f in \"$1\"/*; do dd if=\"$f\" of=\"$f\" bs=1M conv=notrunc,fdatasync \
+             iflag=direct oflag=direct status=none || exit 1; done",
+        )
+        .arg("sh")
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    t.elapsed()
+}
+
+/// The one-shot on an idle drive, at its defaults (`--yield auto`),
+/// against `--yield off` and dd, side by side: one 512 MiB file and 300
+/// files of 1 MiB (`REFRESHD_BENCH_ONLY=idle`; rounds:
+/// `REFRESHD_BENCH_ROUNDS`, default 5). The pacer must cost nothing here.
+fn idle() {
+    let rounds = env_u64("REFRESHD_BENCH_ROUNDS", 5) as usize;
+    let fs = LoopFs::with_options("ext4", 1536, true);
+    let big = fs.path("big");
+    make_file(&big, 512, 11);
+    let dir = fs.path("small");
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..300 {
+        make_file(&dir.join(format!("f{i:03}")), 1, 100 + i);
+    }
+    fs.sync();
+    println!("one-shot on an idle drive (loop, direct I/O, ext4), {rounds} rounds, medians:");
+    for (what, path, files) in [
+        ("one 512 MiB file", &big, 1),
+        ("300 x 1 MiB files", &dir, 300),
+    ] {
+        let (mut auto, mut off, mut dd_t) = (vec![], vec![], vec![]);
+        for r in 0..rounds {
+            // Alternate the order: no position is always first.
+            for k in 0..3 {
+                drop_caches();
+                match (k + r) % 3 {
+                    0 => auto.push(engine_files(path, &[], files)),
+                    1 => off.push(engine_files(path, &["--yield", "off"], files)),
+                    _ => dd_t.push(if files == 1 { dd(path) } else { dd_loop(path) }),
+                }
+            }
+        }
+        let (a, o, d) = (median(&mut auto), median(&mut off), median(&mut dd_t));
+        println!(
+            "  {what}: default {:.2} s, --yield off {:.2} s, dd {:.2} s; default / dd {:.3}x (target <= 1.0), default / off {:.3}x (target <= 1.05)",
+            a.as_secs_f64(),
+            o.as_secs_f64(),
+            d.as_secs_f64(),
+            a.as_secs_f64() / d.as_secs_f64(),
+            a.as_secs_f64() / o.as_secs_f64()
+        );
+    }
 }
 
 fn dd(file: &Path) -> Duration {
@@ -172,6 +240,10 @@ fn main() {
     }
     if std::env::var("REFRESHD_BENCH_ONLY").as_deref() == Ok("relocate") {
         relocate();
+        return;
+    }
+    if std::env::var("REFRESHD_BENCH_ONLY").as_deref() == Ok("idle") {
+        idle();
         return;
     }
     if std::env::var("REFRESHD_BENCH_ONLY").as_deref() == Ok("aged") {
