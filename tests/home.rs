@@ -102,7 +102,23 @@ impl Tree {
 
     fn unchanged(&self, when: &str) {
         for (p, want) in &self.files {
-            assert_eq!(&fingerprint(p), want, "{when}: {}", p.display());
+            let mut got = fingerprint(p);
+            // The held file is relocated: its data gets new extents, and
+            // ext4 may need an extent-tree block to map them (st_blocks
+            // counts it: +8 sectors seen on a loaded machine). Everything
+            // else — bytes, holes, size, times, mode, owner, xattrs — is
+            // exact.
+            if p.components().any(|c| c.as_os_str() == "held") {
+                assert!(
+                    got.blocks.abs_diff(want.blocks) <= 64,
+                    "{when}: {} blocks {} -> {}",
+                    p.display(),
+                    want.blocks,
+                    got.blocks
+                );
+                got.blocks = want.blocks;
+            }
+            assert_eq!(&got, want, "{when}: {}", p.display());
         }
     }
 }

@@ -51,6 +51,23 @@ fn fio(file: &Path) -> std::process::Child {
         .unwrap()
 }
 
+/// One `refreshd refresh --json` run: exit code, per-file records, stderr.
+fn refresh_once(state: &Path, paths: &[&Path]) -> (i32, Vec<serde_json::Value>, String) {
+    let out = refreshd()
+        .args(["refresh", "--json", "--state-dir"])
+        .arg(state)
+        .args(paths)
+        .output()
+        .unwrap();
+    let files = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("summary").is_none())
+        .collect();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), files, stderr)
+}
+
 fn under_load(kind: &'static str) -> BTreeMap<String, u64> {
     let fs = LoopFs::new(kind, 320);
     let (a, b, c) = (fs.path("kept-open"), fs.path("reopened"), fs.path("fio"));
@@ -70,7 +87,16 @@ fn under_load(kind: &'static str) -> BTreeMap<String, u64> {
             .filter(|p| p.exists())
             .map(|p| p.as_path())
             .collect();
-        let (code, files, _) = refresh_json(&["--state-dir", state.to_str().unwrap()], &existing);
+        let (code, files, stderr) = refresh_once(&state, &existing);
+        if code == 2 && files.is_empty() && stderr.contains("No such file or directory") {
+            // fio lays its file out again (unlink, create) when it starts:
+            // a path named on the command line vanished before the run
+            // began, which is a usage error that touches nothing.
+            *outcomes
+                .entry("vanished before the run".into())
+                .or_default() += 1;
+            continue;
+        }
         for f in &files {
             let status = f["status"].as_str().unwrap_or("?");
             let why = f["failure"]
@@ -81,7 +107,7 @@ fn under_load(kind: &'static str) -> BTreeMap<String, u64> {
             *outcomes.entry(format!("{status}:{why}")).or_default() += 1;
             assert_ne!(status, "failed", "{kind}: {f:#}");
         }
-        assert_eq!(code, 0, "{kind}: {files:#?}");
+        assert_eq!(code, 0, "{kind}: {files:#?}\n{stderr}");
     }
     for m in movers {
         let ran = m

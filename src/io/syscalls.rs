@@ -222,6 +222,22 @@ pub struct Extent {
     pub flags: u32,
 }
 
+/// Bytes the file's extents hold within its size (rounded up to 4 KiB):
+/// its data's allocation, without blocks past its end (XFS's speculative
+/// preallocation, trimmed when some process closes the file) or the
+/// filesystem's own metadata (an ext4 extent-tree block), which st_blocks
+/// also counts.
+pub fn allocated_within_size(fd: BorrowedFd<'_>, size: u64) -> io::Result<u64> {
+    let end = size.div_ceil(4096) * 4096;
+    Ok(fiemap(fd)?
+        .iter()
+        .map(|e| {
+            let to = (e.logical.saturating_add(e.length)).min(end);
+            to.saturating_sub(e.logical.min(end))
+        })
+        .sum())
+}
+
 /// All extents of the file, after syncing delayed allocations
 /// (`FIEMAP_FLAG_SYNC`) so that dirty data has real extents.
 pub fn fiemap(fd: BorrowedFd<'_>) -> io::Result<Vec<Extent>> {

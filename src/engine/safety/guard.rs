@@ -39,6 +39,9 @@ pub struct Opened {
     /// What an in-place write would strip (see
     /// [`privileges_a_write_strips`]): such a file is never written.
     pub strips: Option<&'static str>,
+    /// Bytes its extents hold within its size, at the baseline (`None`:
+    /// FIEMAP refused): what the layout check compares when st_blocks moved.
+    pub allocated: Option<u64>,
 }
 
 impl Opened {
@@ -84,6 +87,7 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
     // baseline that must hold at the end.
     let meta_now = baseline(&fd, &m)?;
     let strips = privileges_a_write_strips(fd.as_fd(), meta_now.mode);
+    let allocated = crate::io::syscalls::allocated_within_size(fd.as_fd(), meta_now.size).ok();
     Ok(Opened {
         fd,
         meta: meta_now,
@@ -93,6 +97,7 @@ pub fn open(t: &Target, take_lease: bool) -> Result<Opened, Refusal> {
         generation,
         fs_id,
         strips,
+        allocated,
     })
 }
 
