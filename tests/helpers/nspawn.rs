@@ -211,13 +211,25 @@ impl Drop for Container {
             .arg(self.leader.to_string())
             .status();
         let t = Instant::now();
+        let mut stopped = false;
         while t.elapsed() < Duration::from_secs(15) {
             if let Ok(Some(_)) = self.nspawn.try_wait() {
-                return;
+                stopped = true;
+                break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = self.nspawn.kill();
-        let _ = self.nspawn.wait();
+        if !stopped {
+            let _ = self.nspawn.kill();
+            let _ = self.nspawn.wait();
+        }
+        // The console logs live beside the root: kept for a failed test
+        // (its message names them), removed otherwise.
+        if std::thread::panicking() {
+            eprintln!("container logs kept: {}(.err)", self.log.display());
+        } else {
+            let _ = std::fs::remove_file(&self.log);
+            let _ = std::fs::remove_file(self.log.with_extension("err"));
+        }
     }
 }
