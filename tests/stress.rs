@@ -87,6 +87,11 @@ fn under_load(kind: &'static str) -> BTreeMap<String, u64> {
             .filter(|p| p.exists())
             .map(|p| p.as_path())
             .collect();
+        if existing.is_empty() {
+            // The writers have not made their files yet.
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
         let (code, files, stderr) = refresh_once(&state, &existing);
         if code == 2 && files.is_empty() && stderr.contains("No such file or directory") {
             // fio lays its file out again (unlink, create) when it starts:
