@@ -219,51 +219,39 @@ fn privileged_sync_backend_refreshes() {
     assert!(fs.bytes_written() - w0 >= (3 << 20) + 17);
 }
 
-/// Sets `kernel.io_uring_disabled` and restores it on drop.
-struct IoUringDisabled(String);
-impl IoUringDisabled {
-    fn set() -> Option<IoUringDisabled> {
-        let path = "/proc/sys/kernel/io_uring_disabled";
-        let old = fs::read_to_string(path).ok()?;
-        fs::write(path, "2").ok()?;
-        Some(IoUringDisabled(old))
-    }
-}
-impl Drop for IoUringDisabled {
-    fn drop(&mut self) {
-        let _ = fs::write("/proc/sys/kernel/io_uring_disabled", self.0.trim());
-    }
-}
-
+/// io_uring refused in the refreshing process alone (a seccomp filter):
+/// the one-shot says so, falls back to pread/pwrite, and refreshes.
 #[test]
-fn privileged_falls_back_when_io_uring_is_disabled() {
-    if !privileged("privileged_falls_back_when_io_uring_is_disabled") {
+fn privileged_falls_back_when_io_uring_is_refused() {
+    if !privileged("privileged_falls_back_when_io_uring_is_refused") {
         return;
     }
-    let fs = LoopFs::new("ext4", 128);
-    let p = fs.path("f");
-    write_file(&p, &pattern(2 << 20, 7));
-    let before = fingerprint(&p);
-    let Some(_off) = IoUringDisabled::set() else {
-        panic!("this kernel has no kernel.io_uring_disabled sysctl to test the fallback with");
-    };
-    let out = refreshd()
-        .args(["refresh", "--no-progress"])
-        .arg(&p)
-        .output()
-        .unwrap();
-    drop(_off);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("via pread/pwrite"), "{stdout}");
-    assert!(
-        stdout.contains("io_uring unavailable"),
-        "the result says why: {stdout}"
-    );
-    assert!(
-        stderr.contains("io_uring unavailable"),
-        "the log says why: {stderr}"
-    );
-    assert_eq!(fingerprint(&p), before);
+    // ENOSYS as systemd's seccomp answers, EPERM as the sysctl does.
+    for errno in [libc::ENOSYS, libc::EPERM] {
+        let fs = LoopFs::new("ext4", 128);
+        let p = fs.path("f");
+        write_file(&p, &pattern(2 << 20, 7));
+        set_mtime(&p, 1_000_000_000, 0);
+        let before = fingerprint(&p);
+        let mut cmd = refreshd();
+        cmd.args(["refresh", "--no-progress"]).arg(&p);
+        let out = seccomp::deny(&mut cmd, &[libc::SYS_io_uring_setup], errno)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "errno {errno}: {stdout}{stderr}");
+        assert!(stdout.contains("via pread/pwrite"), "{stdout}");
+        assert!(
+            stdout.contains("io_uring unavailable"),
+            "the result says why: {stdout}"
+        );
+        assert!(
+            stderr.contains("io_uring unavailable"),
+            "the log says why: {stderr}"
+        );
+        fs.sync();
+        assert_eq!(fingerprint(&p), before);
+        assert!(stdout.contains("refreshed"), "{stdout}");
+    }
 }
