@@ -309,17 +309,62 @@ fn abort_fuse(mountpoint: &Path) {
     }
 }
 
-/// Unmounts `path`; if it is busy, detaches it lazily (it goes away once
-/// the last user is gone). Never fails: cleanup goes on regardless.
+/// Unmounts `path`, retrying for up to 5 s while it is busy, then
+/// detaches it lazily (it goes away once the last user is gone). Never
+/// fails: cleanup goes on regardless.
 pub fn unmount(path: &Path) {
-    let ok = Command::new("umount")
-        .arg(path)
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        let _ = Command::new("umount").arg("-l").arg(path).status();
+    // A process that is still exiting (one just killed) keeps the mount
+    // busy for a moment: a lazy unmount then would leave the filesystem
+    // alive, and mounting it again (XFS: "duplicate UUID") would fail.
+    let t = std::time::Instant::now();
+    while is_mount_point(path) {
+        let ok = Command::new("umount")
+            .arg(path)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if ok {
+            return;
+        }
+        if t.elapsed() > std::time::Duration::from_secs(5) {
+            let _ = Command::new("umount").arg("-l").arg(path).status();
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// Whether `path` is where something is mounted (/proc/self/mountinfo).
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(want) = path.canonicalize() else {
+        return false;
+    };
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines().any(|l| {
+        l.split(' ')
+            .nth(4)
+            .is_some_and(|m| Path::new(&unescape_mount(m)) == want)
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape_mount(s: &str) -> String {
+    let mut out = Vec::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Waits (up to 5 s) until a detached loop device has let go of its file.
@@ -332,5 +377,24 @@ fn wait_released(loop_dev: &str) {
     let t = std::time::Instant::now();
     while backing.exists() && t.elapsed() < std::time::Duration::from_secs(5) {
         std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_paths_are_unescaped() {
+        assert_eq!(unescape_mount("/var/tmp/a\\040b"), "/var/tmp/a b");
+        assert_eq!(unescape_mount("/x\\134y\\012"), "/x\\y\n");
+        assert_eq!(unescape_mount("/plain\\04"), "/plain\\04");
+    }
+
+    #[test]
+    fn the_root_is_a_mount_point_and_a_file_is_not() {
+        assert!(is_mount_point(Path::new("/")));
+        let f = tempfile::NamedTempFile::new().unwrap();
+        assert!(!is_mount_point(f.path()));
     }
 }
