@@ -196,42 +196,9 @@ impl Summary {
 /// Runs the command; returns the exit code (0 or 1) or a usage error (2).
 pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageError> {
     let mut walked = walk::walk(&opts.paths)?;
-    let younger = match opts.stale_after {
-        Some(d) => {
-            let state = opts
-                .state_dir
-                .clone()
-                .unwrap_or_else(|| DEFAULT_STATE_DIR.into());
-            let filter = age::AgeFilter::new(d, &state);
-            if let Some(note) = &filter.note {
-                eprintln!("note: {note}");
-            }
-            let before = walked.targets.len();
-            walked.targets.retain(|f| filter.due(f));
-            (before - walked.targets.len()) as u64
-        }
-        None => 0,
-    };
-    let journal = journal_for(opts)?;
+    let younger = drop_young(opts, &mut walked.targets);
     let pace_status = Arc::new(crate::engine::pacing::pace::PaceStatus::default());
-    let cfg = EngineConfig {
-        rate: opts.rate,
-        chunk: opts.chunk,
-        depth: opts.depth,
-        backend: opts.backend,
-        verify: opts.verify,
-        dry_run: opts.dry_run,
-        rewrite_shared: opts.include_shared,
-        min_free: opts.min_free,
-        cancel: cancel.clone(),
-        strategy: opts.strategy,
-        relocate_chunk: opts.relocate_chunk,
-        journal,
-        pace: opts.pace,
-        pace_status: pace_status.clone(),
-        unsafe_switches: Default::default(),
-    };
-    let engine = Engine::start(cfg)?;
+    let engine = Engine::start(engine_config(opts, &cancel, pace_status.clone())?)?;
     let start = Instant::now();
     let mut summary = Summary {
         younger,
@@ -240,18 +207,7 @@ pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageE
         ..Summary::default()
     };
     let total: u64 = walked.targets.iter().map(|f| f.size).sum();
-    let bar = if opts.progress && std::io::stderr().is_terminal() && !opts.dry_run {
-        let pb = ProgressBar::new(total);
-        pb.set_style(
-            ProgressStyle::with_template(
-                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {wide_msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        Some(pb)
-    } else {
-        None
-    };
+    let bar = progress_bar(opts, total);
     let mut stdout = std::io::stdout().lock();
     let mut emit = |r: &FileReport, summary: &mut Summary| {
         summary.add(r);
@@ -300,20 +256,83 @@ pub fn run(opts: &RefreshOptions, cancel: Arc<AtomicBool>) -> Result<i32, UsageE
     } else {
         0.0
     };
-    if opts.json {
-        let _ = writeln!(stdout, "{}", serde_json::json!({ "summary": summary }));
-    } else {
-        let _ = writeln!(stdout, "{}", summary.human());
-        if let Some(note) = &summary.backend_note {
-            let _ = writeln!(stdout, "note: {note}");
-        }
-    }
+    print_summary(&mut stdout, &summary, opts.json);
     let cancelled = cancel.load(Ordering::Relaxed);
     Ok(if summary.failed > 0 || cancelled {
         1
     } else {
         0
     })
+}
+
+/// With `--stale-after`: drops the files not due yet (by mtime and the
+/// daemon's record), returning how many.
+fn drop_young(opts: &RefreshOptions, targets: &mut Vec<walk::Found>) -> u64 {
+    let Some(d) = opts.stale_after else {
+        return 0;
+    };
+    let state = opts
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| DEFAULT_STATE_DIR.into());
+    let filter = age::AgeFilter::new(d, &state);
+    if let Some(note) = &filter.note {
+        eprintln!("note: {note}");
+    }
+    let before = targets.len();
+    targets.retain(|f| filter.due(f));
+    (before - targets.len()) as u64
+}
+
+fn engine_config(
+    opts: &RefreshOptions,
+    cancel: &Arc<AtomicBool>,
+    pace_status: Arc<crate::engine::pacing::pace::PaceStatus>,
+) -> Result<EngineConfig, UsageError> {
+    Ok(EngineConfig {
+        rate: opts.rate,
+        chunk: opts.chunk,
+        depth: opts.depth,
+        backend: opts.backend,
+        verify: opts.verify,
+        dry_run: opts.dry_run,
+        rewrite_shared: opts.include_shared,
+        min_free: opts.min_free,
+        cancel: cancel.clone(),
+        strategy: opts.strategy,
+        relocate_chunk: opts.relocate_chunk,
+        journal: journal_for(opts)?,
+        pace: opts.pace,
+        pace_status,
+        unsafe_switches: Default::default(),
+    })
+}
+
+/// A progress bar on a terminal (none for `--dry-run`, `--no-progress`
+/// or when stderr is not one).
+fn progress_bar(opts: &RefreshOptions, total: u64) -> Option<ProgressBar> {
+    if !(opts.progress && std::io::stderr().is_terminal() && !opts.dry_run) {
+        return None;
+    }
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {wide_msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    Some(pb)
+}
+
+fn print_summary(out: &mut impl Write, summary: &Summary, json: bool) {
+    if json {
+        let _ = writeln!(out, "{}", serde_json::json!({ "summary": summary }));
+    } else {
+        let _ = writeln!(out, "{}", summary.human());
+        if let Some(note) = &summary.backend_note {
+            let _ = writeln!(out, "note: {note}");
+        }
+    }
 }
 
 static CANCEL: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();

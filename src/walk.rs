@@ -162,102 +162,133 @@ fn walk_dir(root: &Path, out: &mut Walked, seen: &mut HashSet<(u64, u64)>) -> io
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )?);
-    let root_dev = rustix::fs::fstat(&*root_fd)?.st_dev;
-    let fs = crate::io::fsid::of(root_fd.as_fd()).ok();
+    let tree = Tree {
+        root,
+        root_dev: rustix::fs::fstat(&*root_fd)?.st_dev,
+        fs: crate::io::fsid::of(root_fd.as_fd()).ok(),
+        root_fd,
+    };
     let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        let dir_fd = match open_subdir(root_fd.as_fd(), &rel) {
+        let dir_fd = match open_subdir(tree.root_fd.as_fd(), &rel) {
             Ok(fd) => fd,
             Err(e) => {
-                let (reason, detail) = match e {
-                    rustix::io::Errno::XDEV => (
-                        SkipReason::OtherFilesystem,
-                        "a mount point: other filesystems are not walked".to_string(),
-                    ),
-                    rustix::io::Errno::LOOP => (
-                        SkipReason::Symlink,
-                        "symlinks are never followed".to_string(),
-                    ),
-                    rustix::io::Errno::NOENT => (
-                        SkipReason::Vanished,
-                        "directory vanished during the walk".to_string(),
-                    ),
-                    e => {
-                        out.reports.push(FileReport::new(
-                            root.join(&rel),
-                            crate::engine::Outcome::Failed {
-                                kind: crate::engine::report::FailKind::Io,
-                                reason: format!("opening directory: {}", io::Error::from(e)),
-                            },
-                        ));
-                        continue;
-                    }
-                };
-                out.reports
-                    .push(FileReport::skipped(root.join(&rel), reason, detail));
+                out.reports.push(unopened_dir(root.join(&rel), e));
                 continue;
             }
         };
-        let mut entries: Vec<(PathBuf, Option<FileType>, u64)> = Vec::new();
-        let mut dir = Dir::read_from(&dir_fd)?;
-        while let Some(entry) = dir.read() {
-            let entry = entry?;
-            let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            let ft = match entry.file_type() {
-                FileType::Unknown => None,
-                ft => Some(ft),
-            };
-            entries.push((PathBuf::from(OsStr::from_bytes(name)), ft, entry.ino()));
-        }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
         let mut subdirs = Vec::new();
-        for (name, ft, _ino) in entries {
+        for (name, ft) in sorted_entries(&dir_fd)? {
             let child = rel.join(&name);
             let st = statat(&dir_fd, &name, AtFlags::SYMLINK_NOFOLLOW).ok();
             let ft = ft.or_else(|| st.as_ref().map(|s| FileType::from_raw_mode(s.st_mode)));
             match ft {
                 Some(FileType::Directory) => subdirs.push(child),
-                _ => {
-                    let (size, key, links, mtime) = st.map_or((0, None, 1, 0), |s| {
-                        (
-                            u64::try_from(s.st_size).unwrap_or(0),
-                            Some((s.st_dev, s.st_ino)),
-                            s.st_nlink,
-                            s.st_mtime,
-                        )
-                    });
-                    if ft == Some(FileType::RegularFile) && links > 1 {
-                        if let Some(k) = key {
-                            if !seen.insert(k) {
-                                out.reports.push(FileReport::skipped(
-                                    root.join(&child),
-                                    SkipReason::HardLink,
-                                    "another link to it was refreshed",
-                                ));
-                                continue;
-                            }
-                        }
-                    }
-                    let target = Target {
-                        dir: root_fd.clone(),
-                        rel: child.clone(),
-                        display: root.join(&child),
-                        root_dev: Some(root_dev),
-                        expect: None,
-                    };
-                    out.targets.push(Found {
-                        target,
-                        size,
-                        listed: key.map(|(_, ino)| Listed { mtime, fs, ino }),
-                    });
-                }
+                _ => tree.found(child, ft, st, out, seen),
             }
         }
         // Depth first, in name order.
         stack.extend(subdirs.into_iter().rev());
     }
     Ok(())
+}
+
+/// The tree being walked.
+struct Tree<'a> {
+    root: &'a Path,
+    root_fd: Arc<OwnedFd>,
+    root_dev: u64,
+    fs: Option<crate::io::fsid::FsId>,
+}
+
+impl Tree<'_> {
+    /// A non-directory: a target, or a skip for a second hard link.
+    fn found(
+        &self,
+        child: PathBuf,
+        ft: Option<FileType>,
+        st: Option<rustix::fs::Stat>,
+        out: &mut Walked,
+        seen: &mut HashSet<(u64, u64)>,
+    ) {
+        let (size, key, links, mtime) = st.map_or((0, None, 1, 0), |s| {
+            (
+                u64::try_from(s.st_size).unwrap_or(0),
+                Some((s.st_dev, s.st_ino)),
+                s.st_nlink,
+                s.st_mtime,
+            )
+        });
+        if ft == Some(FileType::RegularFile) && links > 1 {
+            if let Some(k) = key {
+                if !seen.insert(k) {
+                    out.reports.push(FileReport::skipped(
+                        self.root.join(&child),
+                        SkipReason::HardLink,
+                        "another link to it was refreshed",
+                    ));
+                    return;
+                }
+            }
+        }
+        let target = Target {
+            dir: self.root_fd.clone(),
+            rel: child.clone(),
+            display: self.root.join(&child),
+            root_dev: Some(self.root_dev),
+            expect: None,
+        };
+        out.targets.push(Found {
+            target,
+            size,
+            listed: key.map(|(_, ino)| Listed {
+                mtime,
+                fs: self.fs,
+                ino,
+            }),
+        });
+    }
+}
+
+/// A directory's entries in name order, with their type when the
+/// directory says it.
+fn sorted_entries(dir_fd: &OwnedFd) -> io::Result<Vec<(PathBuf, Option<FileType>)>> {
+    let mut entries = Vec::new();
+    let mut dir = Dir::read_from(dir_fd)?;
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let ft = match entry.file_type() {
+            FileType::Unknown => None,
+            ft => Some(ft),
+        };
+        entries.push((PathBuf::from(OsStr::from_bytes(name)), ft));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(entries)
+}
+
+/// The report for a directory that could not be entered.
+fn unopened_dir(path: PathBuf, e: rustix::io::Errno) -> FileReport {
+    let (reason, detail) = match e {
+        rustix::io::Errno::XDEV => (
+            SkipReason::OtherFilesystem,
+            "a mount point: other filesystems are not walked",
+        ),
+        rustix::io::Errno::LOOP => (SkipReason::Symlink, "symlinks are never followed"),
+        rustix::io::Errno::NOENT => (SkipReason::Vanished, "directory vanished during the walk"),
+        e => {
+            return FileReport::new(
+                path,
+                crate::engine::Outcome::Failed {
+                    kind: crate::engine::report::FailKind::Io,
+                    reason: format!("opening directory: {}", io::Error::from(e)),
+                },
+            )
+        }
+    };
+    FileReport::skipped(path, reason, detail)
 }

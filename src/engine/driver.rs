@@ -10,12 +10,11 @@
 //! drained is discarded and rebuilt before the next file.
 
 use std::collections::HashMap;
-use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::engine::pacing::pace::{DeviceCounters, PaceConfig, Pacer, SysBlock};
 use crate::engine::pacing::throttle::Throttle;
@@ -31,6 +30,9 @@ use crate::io::account::OwnIo;
 use crate::io::backend::{self, BackendChoice, BackendKind};
 use crate::io::buffers::BufferPool;
 use crate::io::fileio::Ring;
+
+mod finish;
+use finish::{as_outcome_of_another, changed_by_another, finish, Settle};
 
 /// The I/O thread's state: the ring with its buffers, and the throttle.
 #[derive(Debug)]
@@ -251,13 +253,7 @@ fn refresh_file(
         Err(report) => return *report,
     };
     io.watch_drives(t, opened.meta.dev);
-    let mut report = FileReport::new(t.display.clone(), Outcome::Refreshed);
-    report.backend = Some(io.kind());
-    report.filesystem = Some(opened.fs);
-    report.size = opened.meta.size;
-    report.verified = cfg.verify;
-    report.dev_ino = Some((opened.meta.dev, opened.meta.ino));
-    report.generation = opened.generation;
+    let mut report = new_report(t, &opened, io.kind(), cfg);
     let mut noop = |_: u64| {};
     let progress: &mut dyn FnMut(u64) = match progress {
         Some(p) => p,
@@ -271,45 +267,24 @@ fn refresh_file(
         lease::lease_break_time(),
     );
     let mut record: Option<Record> = None;
-    let mut attrs = match (&io.watcher, relocate) {
-        (Some(w), false) => match w.watch(fd) {
-            Ok(a) => Some(a),
-            Err(e) => {
-                tracing::warn!("watching the file for attribute changes: {e}");
-                None
-            }
-        },
-        _ => None,
+    let mut attrs = if relocate {
+        None
+    } else {
+        watch_attrs(io.watcher.as_ref(), fd)
     };
-    let done = {
-        // The handle lives in this block: every request is reaped when it
-        // ends, before timestamps, sync and the lease's release below.
-        match io.ring.file(fd) {
-            Err(e) => Done::new(
-                Outcome::Failed {
-                    kind: FailKind::Internal,
-                    reason: format!("I/O ring unusable: {e}"),
-                },
-                false,
-            ),
-            Ok(mut fio) => run_strategy(
-                &mut fio,
-                relocate,
-                FileJob {
-                    target: t,
-                    opened: &opened,
-                    cfg,
-                    skip,
-                    throttle: &mut io.throttle,
-                    clock: &mut clock,
-                    report: &mut report,
-                    progress,
-                    record: &mut record,
-                    attrs: &mut attrs,
-                },
-            ),
-        }
+    let job = FileJob {
+        target: t,
+        opened: &opened,
+        cfg,
+        skip,
+        throttle: &mut io.throttle,
+        clock: &mut clock,
+        report: &mut report,
+        progress,
+        record: &mut record,
+        attrs: &mut attrs,
     };
+    let done = run_in_handle(&mut io.ring, fd, relocate, job);
     report.outcome = finish(
         &opened,
         &clock,
@@ -339,6 +314,53 @@ fn refresh_file(
     report
 }
 
+/// The report a refresh starts from: what was opened, how.
+fn new_report(t: &Target, opened: &Opened, backend: BackendKind, cfg: &EngineConfig) -> FileReport {
+    let mut report = FileReport::new(t.display.clone(), Outcome::Refreshed);
+    report.backend = Some(backend);
+    report.filesystem = Some(opened.fs);
+    report.size = opened.meta.size;
+    report.verified = cfg.verify;
+    report.dev_ino = Some((opened.meta.dev, opened.meta.ino));
+    report.generation = opened.generation;
+    report
+}
+
+/// Other processes' attribute changes to an in-place refresh's file.
+fn watch_attrs<'w>(
+    watcher: Option<&'w Watcher>,
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> Option<AttrWatch<'w>> {
+    match watcher?.watch(fd) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            tracing::warn!("watching the file for attribute changes: {e}");
+            None
+        }
+    }
+}
+
+/// Runs the strategy through a per-file handle on the ring. The handle
+/// lives in this call: every request is reaped when it returns, before
+/// timestamps, sync and the lease's release.
+fn run_in_handle(
+    ring: &mut Ring,
+    fd: std::os::fd::BorrowedFd<'_>,
+    relocate: bool,
+    job: FileJob<'_, '_>,
+) -> Done {
+    match ring.file(fd) {
+        Err(e) => Done::new(
+            Outcome::Failed {
+                kind: FailKind::Internal,
+                reason: format!("I/O ring unusable: {e}"),
+            },
+            false,
+        ),
+        Ok(mut fio) => run_strategy(&mut fio, relocate, job),
+    }
+}
+
 fn run_strategy(
     fio: &mut crate::io::fileio::FileIo<'_>,
     relocate: bool,
@@ -365,225 +387,5 @@ fn run_strategy(
 fn release(opened: Opened) {
     if let Err(e) = opened.release() {
         tracing::warn!("releasing the lease: {e}");
-    }
-}
-
-/// How long before the lease deadline the timestamps must be back: a
-/// futimens and an fsync, with room to spare.
-const TIMES_MARGIN: Duration = Duration::from_millis(500);
-
-/// What the end of a file settles besides the outcome.
-struct Settle<'s, 'w> {
-    /// The crash-recovery record, if one was taken.
-    record: &'s mut Option<Record>,
-    /// Other processes' attribute changes (in place only).
-    attrs: Option<&'s mut AttrWatch<'w>>,
-}
-
-/// Timestamps back (only if the lease still provably covers us, no write
-/// landed outside it, and nobody else changed the file's times or
-/// attributes), sync, layout check.
-fn finish(
-    o: &Opened,
-    clock: &LeaseClock<'_>,
-    done: Done,
-    report: &mut FileReport,
-    cfg: &EngineConfig,
-    s: Settle<'_, '_>,
-) -> Outcome {
-    let fd = o.fd.as_fd();
-    let mut failure: Option<(FailKind, String)> = lease_exposed(report, clock);
-    // The record is settled once the times are back, or once we know they
-    // must never be put back; a failed restore keeps it for recovery.
-    let mut settled = true;
-    let mut attrs = s.attrs;
-    if done.wrote_in_place && !cfg.unsafe_switches.no_time_restore() {
-        if failure.is_some() {
-            // Never put an old mtime over somebody's newer write.
-        } else if clock.still_ours(TIMES_MARGIN) {
-            #[cfg(test)]
-            crate::engine::test_hooks::at(fd, crate::engine::test_hooks::Point::BeforeTimes);
-            let may = match attrs.as_deref_mut() {
-                _ if cfg.unsafe_switches.ignore_others_times() => Ok(()),
-                Some(a) => a.may_restore(fd),
-                None => Err("no watch for other processes' attribute changes"),
-            };
-            let theirs = attrs.as_deref().and_then(|a| a.theirs());
-            match (may, theirs) {
-                // Their times, put back over refreshd's own later writes.
-                (Err(_), Some((atime, mtime))) => {
-                    let times = rustix::fs::Timestamps {
-                        last_access: atime.to_timespec(),
-                        last_modification: mtime.to_timespec(),
-                    };
-                    report.times_left = Some(match rustix::fs::futimens(fd, &times) {
-                        Ok(()) => "another process set its times meanwhile: those are kept".into(),
-                        Err(e) => format!("another process set its times meanwhile ({e})"),
-                    });
-                }
-                (Err(why), None) => {
-                    report.times_left = Some(format!("times left as they are: {why}"))
-                }
-                (Ok(()), _) => match rustix::fs::futimens(fd, &o.meta.timestamps()) {
-                    Err(e) => {
-                        failure = Some((FailKind::Io, format!("restoring atime/mtime: {e}")));
-                        settled = false;
-                    }
-                    Ok(()) => {
-                        // Ours is one attribute change; another at the same
-                        // moment may have been overwritten: said so.
-                        if attrs.as_deref_mut().is_some_and(|a| a.restored()) {
-                            report.times_left = Some(
-                                "another process changed the times as they were put back: \
-                                 its change may have been overwritten"
-                                    .into(),
-                            );
-                        }
-                    }
-                },
-            }
-        } else {
-            failure = Some((
-                FailKind::LeaseRevoked,
-                "the lease may have been revoked before the timestamps could be restored; \
-                 mtime left as it is"
-                    .into(),
-            ));
-        }
-    }
-    #[cfg(test)]
-    crate::engine::test_hooks::at(fd, crate::engine::test_hooks::Point::BeforeFsync);
-    if let Err(e) = rustix::fs::fsync(fd) {
-        failure.get_or_insert((FailKind::Io, format!("fsync: {}", io::Error::from(e))));
-    }
-    if settled {
-        if let Some(r) = s.record.take() {
-            if let Err(e) = r.finish() {
-                tracing::warn!("removing the recovery record: {e}");
-            }
-        }
-    }
-    let others_changed_attrs = attrs.is_some_and(|a| a.changed());
-    if done.wrote_in_place && report.lease_exposed.is_empty() {
-        if let Some(msg) = layout_changed(o, fd, others_changed_attrs) {
-            failure.get_or_insert((FailKind::LayoutChanged, msg));
-        }
-    }
-    match failure {
-        Some((kind, reason)) => Outcome::Failed { kind, reason },
-        None => done.outcome,
-    }
-}
-
-/// What shows that another process changed the file during its refresh
-/// (`None`: nothing does).
-fn changed_by_another(
-    o: &Opened,
-    clock: &LeaseClock<'_>,
-    relocated: bool,
-    attrs: &mut Option<AttrWatch<'_>>,
-) -> Option<String> {
-    let now = guard::meta(o.fd.as_fd()).ok()?;
-    if now.size != o.meta.size {
-        return Some(format!(
-            "another process changed its size from {} to {} bytes",
-            o.meta.size, now.size
-        ));
-    }
-    if clock.broke() {
-        return Some("another process opened it (the lease broke)".into());
-    }
-    if attrs.as_mut().is_some_and(|a| a.changed()) {
-        return Some("another process changed its times or attributes".into());
-    }
-    // Relocation moves blocks, never the times: moved ones are another's.
-    if relocated && (now.mtime != o.meta.mtime || now.ctime != o.meta.ctime) {
-        return Some("another process wrote to it".into());
-    }
-    None
-}
-
-/// A failure that another process's action explains is that process's
-/// doing, not refreshd's nor the drive's: the file is interrupted (tried
-/// again later), never failed, and no read error is counted against the
-/// drive. A real device error (EIO) stays a failure.
-fn as_outcome_of_another(
-    outcome: Outcome,
-    evidence: Option<String>,
-    read_errors: &mut Vec<crate::engine::report::ReadError>,
-) -> Outcome {
-    let Some(why) = evidence else {
-        return outcome;
-    };
-    let Outcome::Failed { kind, reason } = outcome else {
-        return outcome;
-    };
-    let eio = reason.contains("Input/output error")
-        || read_errors
-            .iter()
-            .any(|r| r.error.contains("Input/output error"));
-    let explained = match kind {
-        FailKind::Unreadable | FailKind::LayoutChanged | FailKind::Io => !eio,
-        _ => false,
-    };
-    if !explained {
-        return Outcome::Failed { kind, reason };
-    }
-    read_errors.clear();
-    Outcome::interrupted(
-        0,
-        crate::engine::report::Interruption::Changed,
-        format!("{why}; left as it made it ({reason})"),
-    )
-}
-
-/// Writes that may have landed after the kernel revoked the lease.
-fn lease_exposed(report: &FileReport, clock: &LeaseClock<'_>) -> Option<(FailKind, String)> {
-    let first = *report.lease_exposed.first()?;
-    let total: u64 = report.lease_exposed.iter().map(|r| r.len).sum();
-    Some((
-        FailKind::LeaseRevoked,
-        format!(
-            "the kernel may have revoked the lease (lease-break-time {} s) while {} write(s) \
-             of {total} bytes were in flight; first at offset {} length {}: another process \
-             may have written there before them; mtime left as it is",
-            clock.break_time().as_secs(),
-            report.lease_exposed.len(),
-            first.offset,
-            first.len
-        ),
-    ))
-}
-
-/// Size and allocation must be what they were. A change here is a bug.
-/// st_blocks also counts blocks past the end (XFS trims its speculative
-/// preallocation when another process closes the file) and metadata (an
-/// ext4 extent-tree block): when it moved, the allocation within the size
-/// is what must not have.
-fn layout_changed(
-    o: &Opened,
-    fd: std::os::fd::BorrowedFd<'_>,
-    others_changed_attrs: bool,
-) -> Option<String> {
-    let before = &o.meta;
-    let data_moved = |size: u64| {
-        let now = crate::io::syscalls::allocated_within_size(fd, size).ok();
-        o.allocated.is_none() || now != o.allocated
-    };
-    match guard::meta(fd) {
-        Ok(after) if after.size != before.size => Some(format!(
-            "size changed from {} to {} bytes",
-            before.size, after.size
-        )),
-        Ok(after) if after.blocks != before.blocks && data_moved(after.size) => Some(format!(
-            "allocation changed from {} to {} blocks",
-            before.blocks, after.blocks
-        )),
-        Ok(after) if after.mode != before.mode && !others_changed_attrs => Some(format!(
-            "mode changed from {:o} to {:o}",
-            before.mode, after.mode
-        )),
-        Ok(_) => None,
-        Err(e) => Some(format!("statx after refresh: {e}")),
     }
 }

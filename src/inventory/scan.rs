@@ -76,13 +76,6 @@ pub fn walk(
     if tx.send(Walked::Root(fs)).is_err() {
         return Ok(());
     }
-    let mask = StatxFlags::TYPE
-        | StatxFlags::INO
-        | StatxFlags::NLINK
-        | StatxFlags::SIZE
-        | StatxFlags::BLOCKS
-        | StatxFlags::MTIME
-        | StatxFlags::BTIME;
     let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let abs = root.join(&rel);
@@ -98,79 +91,8 @@ pub fn walk(
                 continue;
             }
         };
-        let mut files = Vec::new();
-        let mut subdirs = Vec::new();
-        let mut complete = true;
-        let mut dir = match Dir::read_from(&dir_fd) {
-            Ok(d) => d,
-            Err(e) => {
-                problems.push(WalkProblem {
-                    path: abs,
-                    error: e.into(),
-                });
-                continue;
-            }
-        };
-        while let Some(entry) = dir.read() {
-            let entry = match entry {
-                Ok(e) => e,
-                Err(e) => {
-                    problems.push(WalkProblem {
-                        path: abs.clone(),
-                        error: e.into(),
-                    });
-                    complete = false;
-                    break;
-                }
-            };
-            let name = entry.file_name();
-            let bytes = name.to_bytes();
-            if bytes == b"." || bytes == b".." {
-                continue;
-            }
-            match entry.file_type() {
-                FileType::RegularFile | FileType::Directory | FileType::Unknown => {}
-                _ => continue, // symlinks, devices, sockets, fifos
-            }
-            let st = match statx(&dir_fd, name, AtFlags::SYMLINK_NOFOLLOW, mask) {
-                Ok(st) => st,
-                Err(rustix::io::Errno::NOENT) => continue, // vanished
-                Err(e) => {
-                    problems.push(WalkProblem {
-                        path: abs.join(OsStr::from_bytes(bytes)),
-                        error: e.into(),
-                    });
-                    complete = false;
-                    continue;
-                }
-            };
-            let ft = FileType::from_raw_mode(u32::from(st.stx_mode));
-            if ft == FileType::Directory {
-                let dev = rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor);
-                if dev == root_dev {
-                    subdirs.push(rel.join(OsStr::from_bytes(bytes)));
-                }
-                continue;
-            }
-            if ft != FileType::RegularFile {
-                continue;
-            }
-            let has_btime = st.stx_mask & StatxFlags::BTIME.bits() != 0;
-            files.push(Entry {
-                name: bytes.to_vec(),
-                dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
-                ino: st.stx_ino,
-                nlink: u64::from(st.stx_nlink),
-                size: st.stx_size,
-                alloc: st.stx_blocks * 512,
-                mtime: Timestamp::from_statx(st.stx_mtime),
-                btime: has_btime.then(|| Timestamp::from_statx(st.stx_btime)),
-            });
-        }
-        let batch = Batch {
-            dir: abs,
-            files,
-            complete,
+        let Some((batch, mut subdirs)) = read_dir(&dir_fd, abs, &rel, root_dev, problems) else {
+            continue;
         };
         if tx.send(Walked::Dir(batch)).is_err() {
             return Ok(());
@@ -179,4 +101,98 @@ pub fn walk(
         stack.extend(subdirs.into_iter().rev());
     }
     Ok(())
+}
+
+/// One directory: its regular files (a batch, incomplete when an entry
+/// could not be read) and its subdirectories on the root's filesystem
+/// (relative to the root). `None` when it cannot be listed at all.
+fn read_dir(
+    dir_fd: &OwnedFd,
+    abs: PathBuf,
+    rel: &Path,
+    root_dev: u64,
+    problems: &mut Vec<WalkProblem>,
+) -> Option<(Batch, Vec<PathBuf>)> {
+    let mask = StatxFlags::TYPE
+        | StatxFlags::INO
+        | StatxFlags::NLINK
+        | StatxFlags::SIZE
+        | StatxFlags::BLOCKS
+        | StatxFlags::MTIME
+        | StatxFlags::BTIME;
+    let mut files = Vec::new();
+    let mut subdirs = Vec::new();
+    let mut complete = true;
+    let mut dir = match Dir::read_from(dir_fd) {
+        Ok(d) => d,
+        Err(e) => {
+            problems.push(WalkProblem {
+                path: abs,
+                error: e.into(),
+            });
+            return None;
+        }
+    };
+    while let Some(entry) = dir.read() {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                problems.push(WalkProblem {
+                    path: abs.clone(),
+                    error: e.into(),
+                });
+                complete = false;
+                break;
+            }
+        };
+        let name = entry.file_name();
+        let bytes = name.to_bytes();
+        if bytes == b"." || bytes == b".." {
+            continue;
+        }
+        match entry.file_type() {
+            FileType::RegularFile | FileType::Directory | FileType::Unknown => {}
+            _ => continue, // symlinks, devices, sockets, fifos
+        }
+        let st = match statx(dir_fd, name, AtFlags::SYMLINK_NOFOLLOW, mask) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) => continue, // vanished
+            Err(e) => {
+                problems.push(WalkProblem {
+                    path: abs.join(OsStr::from_bytes(bytes)),
+                    error: e.into(),
+                });
+                complete = false;
+                continue;
+            }
+        };
+        let dev = rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor);
+        match FileType::from_raw_mode(u32::from(st.stx_mode)) {
+            FileType::Directory if dev == root_dev => {
+                subdirs.push(rel.join(OsStr::from_bytes(bytes)))
+            }
+            FileType::RegularFile => files.push(entry_of(bytes, dev, &st)),
+            _ => {}
+        }
+    }
+    let batch = Batch {
+        dir: abs,
+        files,
+        complete,
+    };
+    Some((batch, subdirs))
+}
+
+fn entry_of(name: &[u8], dev: u64, st: &rustix::fs::Statx) -> Entry {
+    let has_btime = st.stx_mask & StatxFlags::BTIME.bits() != 0;
+    Entry {
+        name: name.to_vec(),
+        dev,
+        ino: st.stx_ino,
+        nlink: u64::from(st.stx_nlink),
+        size: st.stx_size,
+        alloc: st.stx_blocks * 512,
+        mtime: Timestamp::from_statx(st.stx_mtime),
+        btime: has_btime.then(|| Timestamp::from_statx(st.stx_btime)),
+    }
 }

@@ -23,9 +23,10 @@
 //! access times do not move. Bytes read never exceed the budget.
 
 mod buckets;
+mod candidate;
+mod read;
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -33,17 +34,12 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rustix::fs::{Mode, OFlags};
 
-use crate::engine::BackendChoice;
 use crate::inventory::FileRecord;
-use crate::io::backend::{open_backend, Op};
 use crate::io::buffers::BufferPool;
-use crate::io::fileio::Ring;
-use crate::io::syscalls::{
-    self, FIEMAP_EXTENT_DATA_INLINE, FIEMAP_EXTENT_DELALLOC, FIEMAP_EXTENT_ENCODED,
-    FIEMAP_EXTENT_NOT_ALIGNED, FIEMAP_EXTENT_UNKNOWN, FIEMAP_EXTENT_UNWRITTEN,
-};
 use crate::units::ByteSize;
 pub use buckets::Buckets;
+use candidate::{candidate, Candidate, Unreadable};
+use read::{measure, Acc, Reader};
 pub use refreshd_protocol::sample::{
     bucket_label, bucket_of, BucketSample, DriveSample, Measurement, Percentiles, BUCKET_EDGES,
     MONTH,
@@ -66,279 +62,6 @@ pub struct SampleOptions {
     pub canary_reserve: ByteSize,
     pub seed: u64,
     pub now: i64,
-}
-
-/// A file's readable data extents.
-struct Candidate {
-    fd: OwnedFd,
-    /// (logical offset, length), aligned to 4 KiB, within the file size.
-    extents: Vec<(u64, u64)>,
-    total: u64,
-}
-
-/// Opens the inventory's file for O_DIRECT reads, or nothing: the name is
-/// first resolved to an `O_PATH` descriptor (no symlink anywhere; opening
-/// it that way is not an open of the file), its identity compared with the
-/// inventory's, and only then the inode itself reopened for reading. A
-/// file replaced since the scan is never opened.
-fn open_direct(f: &FileRecord) -> io::Result<OwnedFd> {
-    let path_fd = crate::io::resolve::open_absolute(
-        &f.path,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let m = crate::engine::safety::guard::meta(path_fd.as_fd())?;
-    let want = f.identity();
-    let inode = crate::engine::safety::guard::Identity {
-        fs: want.fs,
-        ino: m.ino,
-        btime: m.btime,
-        generation: None,
-    };
-    if !want.same_inode(&inode) {
-        return Err(io::Error::other(REPLACED));
-    }
-    let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC;
-    let fd = crate::engine::safety::guard::reopen(path_fd.as_fd(), flags)?;
-    // The filesystem, once open (the ioctls need a real descriptor).
-    if !want.fs.holds(&crate::io::fsid::of(fd.as_fd())?, m.dev) {
-        return Err(io::Error::other(REPLACED));
-    }
-    Ok(fd)
-}
-
-/// A file's readable data, `None` when it has none or is gone (deleted
-/// or replaced since the scan: not the drive's fault); an error when it
-/// is there and cannot be read (a refused call, permissions).
-fn candidate(f: &FileRecord) -> io::Result<Option<Candidate>> {
-    let fd = match open_direct(f) {
-        Ok(fd) => fd,
-        Err(e) if gone(&e) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let st = rustix::fs::fstat(&fd)?;
-    let size = u64::try_from(st.st_size).unwrap_or(0);
-    let skip = FIEMAP_EXTENT_UNKNOWN
-        | FIEMAP_EXTENT_DELALLOC
-        | FIEMAP_EXTENT_ENCODED
-        | FIEMAP_EXTENT_NOT_ALIGNED
-        | FIEMAP_EXTENT_DATA_INLINE
-        | FIEMAP_EXTENT_UNWRITTEN;
-    let extents: Vec<(u64, u64)> = syscalls::fiemap(fd.as_fd())?
-        .into_iter()
-        .filter(|e| e.flags & skip == 0)
-        .filter_map(|e| {
-            let start = e.logical.next_multiple_of(ALIGN);
-            let end = (e.logical + e.length).min(size) / ALIGN * ALIGN;
-            (end > start).then_some((start, end - start))
-        })
-        .collect();
-    let total = extents.iter().map(|e| e.1).sum();
-    Ok((total > 0).then_some(Candidate { fd, extents, total }))
-}
-
-/// The file is not there any more (or another one is): skipped quietly.
-fn gone(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::NotFound || e.to_string() == REPLACED
-}
-
-const REPLACED: &str = "replaced since the scan";
-
-/// Files of a round that could not be opened for reading: when none of a
-/// round's stale files could be, the round fails with the first reason
-/// (a sampling failure is a state with its reason, never "no stale data").
-#[derive(Default)]
-struct Unreadable {
-    count: u64,
-    first: Option<(PathBuf, io::Error)>,
-}
-
-impl Unreadable {
-    fn note(&mut self, f: &FileRecord, e: io::Error) {
-        self.count += 1;
-        if self.first.is_none() {
-            self.first = Some((f.path.clone(), e));
-        }
-    }
-
-    fn into_error(self, tried: u64) -> Option<io::Error> {
-        let (path, e) = self.first?;
-        Some(io::Error::new(
-            e.kind(),
-            format!(
-                "none of the stale files could be opened for reading ({} of {tried} failed); \
-                 first {}: {e}",
-                self.count,
-                crate::pathtext::text(&path)
-            ),
-        ))
-    }
-}
-
-/// Picks an aligned offset in a candidate's data, weighted by bytes, with
-/// room for `len` bytes inside the extent (shorter if the extent is).
-fn pick(c: &Candidate, rng: &mut SmallRng, len: u64) -> (u64, u64) {
-    let mut at = rng.random_range(0..c.total);
-    for &(off, l) in &c.extents {
-        if at < l {
-            let len = len.min(l);
-            let slack = (l - len) / ALIGN;
-            let start = off + rng.random_range(0..=slack) * ALIGN;
-            return (start, len);
-        }
-        at -= l;
-    }
-    let (off, l) = c.extents[0];
-    (off, len.min(l))
-}
-
-/// Reads with queue depth: sequential regions and single small reads.
-/// Every read goes through a per-file handle, reaped before the call
-/// returns (also on an error).
-struct Reader {
-    ring: Ring,
-}
-
-impl Reader {
-    fn new() -> io::Result<Reader> {
-        let (io, _) = open_backend(BackendChoice::Auto, BufferPool::new(DEPTH, REQ))?;
-        Ok(Reader {
-            ring: Ring::new(io, Default::default()),
-        })
-    }
-
-    /// Reads `[off, off+len)` in 1 MiB requests, up to 8 in flight.
-    /// Returns the elapsed time, or the first error.
-    fn region(&mut self, fd: &OwnedFd, off: u64, len: u64) -> io::Result<Duration> {
-        let mut io = self.ring.file(fd.as_fd())?;
-        let t = Instant::now();
-        let mut next = off;
-        let end = off + len;
-        let mut free: Vec<usize> = (0..DEPTH).collect();
-        let mut first_err: Option<io::Error> = None;
-        loop {
-            while first_err.is_none() && next < end {
-                let Some(b) = free.pop() else { break };
-                let n = (end - next).min(REQ as u64) as usize;
-                if let Err(e) = io.submit(b, Op::Read, next, n) {
-                    first_err = Some(e.into());
-                    break;
-                }
-                next += n as u64;
-            }
-            if io.in_flight() == 0 {
-                break;
-            }
-            if let Some(c) = io.wait(Duration::from_secs(30))? {
-                free.push(c.buf);
-                match c.result {
-                    Ok(0) if first_err.is_none() => {
-                        first_err = Some(io::Error::from(io::ErrorKind::UnexpectedEof))
-                    }
-                    Err(e) if first_err.is_none() => first_err = Some(e),
-                    _ => {}
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(t.elapsed()),
-        }
-    }
-
-    fn small(&mut self, fd: &OwnedFd, off: u64) -> io::Result<Duration> {
-        let mut io = self.ring.file(fd.as_fd())?;
-        let t = Instant::now();
-        io.sync(0, Op::Read, off, SMALL)?;
-        Ok(t.elapsed())
-    }
-}
-
-#[derive(Default)]
-struct Acc {
-    regions: Vec<f64>,
-    seq_bytes: u64,
-    seq_secs: f64,
-    lat_ms: Vec<f64>,
-    bytes: u64,
-    errors: u64,
-}
-
-impl Acc {
-    fn merge(&mut self, o: &Acc) {
-        self.regions.extend(&o.regions);
-        self.seq_bytes += o.seq_bytes;
-        self.seq_secs += o.seq_secs;
-        self.lat_ms.extend(&o.lat_ms);
-        self.bytes += o.bytes;
-        self.errors += o.errors;
-    }
-
-    fn finish(&self) -> Measurement {
-        Measurement {
-            throughput: Percentiles::of(&self.regions),
-            aggregate_bps: (self.seq_secs > 0.0).then(|| self.seq_bytes as f64 / self.seq_secs),
-            latency_ms: Percentiles::of(&self.lat_ms),
-            bytes_read: self.bytes,
-            errors: self.errors,
-        }
-    }
-}
-
-/// Spends about `budget` bytes on sequential regions and small reads of
-/// `cands` (weighted by their data bytes).
-fn measure(reader: &mut Reader, cands: &[Candidate], budget: u64, rng: &mut SmallRng) -> Acc {
-    let mut acc = Acc::default();
-    let total: u64 = cands.iter().map(|c| c.total).sum();
-    if total == 0 || budget < SMALL as u64 {
-        return acc;
-    }
-    let choose = |rng: &mut SmallRng| {
-        let mut at = rng.random_range(0..total);
-        for c in cands {
-            if at < c.total {
-                return c;
-            }
-            at -= c.total;
-        }
-        &cands[0]
-    };
-    // An eighth for latency (at most 64 reads), the rest sequential.
-    let small_reads = (budget / 8 / SMALL as u64).clamp(1, 64);
-    let mut seq_budget = budget - small_reads * SMALL as u64;
-    let mut misses = 0;
-    while seq_budget >= ALIGN && misses < 64 {
-        let c = choose(rng);
-        let (off, len) = pick(c, rng, REGION.min(seq_budget / ALIGN * ALIGN));
-        if len == 0 {
-            misses += 1;
-            continue;
-        }
-        seq_budget -= len;
-        acc.bytes += len;
-        match reader.region(&c.fd, off, len) {
-            Ok(d) => {
-                let secs = d.as_secs_f64().max(1e-9);
-                // Regions under 1 MiB say more about latency than throughput.
-                if len >= REQ as u64 {
-                    acc.regions.push(len as f64 / secs);
-                    acc.seq_bytes += len;
-                    acc.seq_secs += secs;
-                }
-            }
-            Err(_) => acc.errors += 1,
-        }
-    }
-    for _ in 0..small_reads {
-        let c = choose(rng);
-        let (off, _) = pick(c, rng, SMALL as u64);
-        acc.bytes += SMALL as u64;
-        match reader.small(&c.fd, off) {
-            Ok(d) => acc.lat_ms.push(d.as_secs_f64() * 1e3),
-            Err(_) => acc.errors += 1,
-        }
-    }
-    acc
 }
 
 /// Writes the canary: `len` incompressible bytes, O_DIRECT, fdatasync.
@@ -430,46 +153,15 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
     let left = budget - if canary.is_ok() { canary_len } else { 0 };
     let per_bucket = left.checked_div(used).unwrap_or(0);
     let mut buckets = vec![];
-    let mut stale_acc = Acc::default();
-    let (mut stale_files, mut stale_bytes, mut total_read) = (0, 0, 0);
-    let mut unreadable = Unreadable::default();
-    let mut stale_tried = 0;
+    let mut stale = StaleTally::default();
+    let mut total_read = 0;
     for (i, g) in groups.into_iter().enumerate() {
         if g.files == 0 {
             continue;
         }
-        let stale = g.all_stale();
-        let (files, bytes, mean_months) = (g.files, g.bytes, g.mean_months());
-        stale_files += g.stale_files;
-        stale_bytes += g.stale_bytes;
-        // Up to 64 files, drawn by allocated bytes, then measured.
-        let mut cands: Vec<Candidate> = vec![];
-        for f in &g.candidates() {
-            if cands.len() == 64 {
-                break;
-            }
-            stale_tried += u64::from(stale);
-            match candidate(f) {
-                Ok(Some(c)) => cands.push(c),
-                Ok(None) => {}
-                Err(e) if stale => unreadable.note(f, e),
-                Err(_) => {}
-            }
-        }
-        let acc = measure(&mut reader, &cands, per_bucket, &mut rng);
-        total_read += acc.bytes;
-        if stale {
-            stale_acc.merge(&acc);
-        }
-        buckets.push(BucketSample {
-            label: bucket_label(i),
-            min_months: BUCKET_EDGES[i],
-            files,
-            bytes,
-            stale,
-            measured: acc.finish(),
-            mean_months,
-        });
+        let (b, read) = measure_bucket(i, g, &mut reader, per_bucket, &mut rng, &mut stale);
+        total_read += read;
+        buckets.push(b);
     }
     let (fresh, fresh_missing) = match canary {
         Ok(c) => {
@@ -481,8 +173,8 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
         Err(why) => (None, Some(why)),
     };
     let canary_bytes = if fresh.is_some() { canary_len } else { 0 };
-    if stale_acc.bytes == 0 {
-        if let Some(e) = unreadable.into_error(stale_tried) {
+    if stale.acc.bytes == 0 {
+        if let Some(e) = stale.unreadable.into_error(stale.tried) {
             return Err(e);
         }
     }
@@ -490,13 +182,67 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
         fresh,
         fresh_missing,
         buckets,
-        stale: stale_acc.finish(),
-        stale_files,
-        stale_bytes,
+        stale: stale.acc.finish(),
+        stale_files: stale.files,
+        stale_bytes: stale.bytes,
         bytes_read: total_read,
         canary_bytes,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The stale buckets of a round together.
+#[derive(Default)]
+struct StaleTally {
+    acc: Acc,
+    files: u64,
+    bytes: u64,
+    /// Stale files tried, and those that could not be opened.
+    tried: u64,
+    unreadable: Unreadable,
+}
+
+/// Measures bucket `i` within `budget` bytes: up to 64 of its files,
+/// drawn by allocated bytes. Returns it and the bytes read.
+fn measure_bucket(
+    i: usize,
+    g: buckets::Group,
+    reader: &mut Reader,
+    budget: u64,
+    rng: &mut SmallRng,
+    tally: &mut StaleTally,
+) -> (BucketSample, u64) {
+    let stale = g.all_stale();
+    let (files, bytes, mean_months) = (g.files, g.bytes, g.mean_months());
+    tally.files += g.stale_files;
+    tally.bytes += g.stale_bytes;
+    let mut cands: Vec<Candidate> = vec![];
+    for f in &g.candidates() {
+        if cands.len() == 64 {
+            break;
+        }
+        tally.tried += u64::from(stale);
+        match candidate(f) {
+            Ok(Some(c)) => cands.push(c),
+            Ok(None) => {}
+            Err(e) if stale => tally.unreadable.note(f, e),
+            Err(_) => {}
+        }
+    }
+    let acc = measure(reader, &cands, budget, rng);
+    if stale {
+        tally.acc.merge(&acc);
+    }
+    let b = BucketSample {
+        label: bucket_label(i),
+        min_months: BUCKET_EDGES[i],
+        files,
+        bytes,
+        stale,
+        measured: acc.finish(),
+        mean_months,
+    };
+    (b, acc.bytes)
 }
 
 #[cfg(test)]

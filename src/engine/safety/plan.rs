@@ -200,81 +200,90 @@ pub fn plan(params: &PlanParams, seek_data: &[Range<u64>], extents: &[Extent]) -
     let data: Vec<Range<u64>> = if params.unsafe_write_holes {
         std::iter::once(0..size).filter(|r| !r.is_empty()).collect()
     } else {
-        let mut allowed = Vec::new();
-        for e in extents {
-            let r = e.logical.min(size)..e.logical.saturating_add(e.length).min(size);
-            if r.is_empty() {
-                continue;
-            }
-            let len = r.end - r.start;
-            let f = e.flags;
-            if f & syscalls::FIEMAP_EXTENT_UNWRITTEN != 0 {
-                excluded.unwritten += len;
-            } else if f & (syscalls::FIEMAP_EXTENT_DELALLOC | syscalls::FIEMAP_EXTENT_UNKNOWN) != 0
-            {
-                excluded.delalloc += len;
-            } else if f
-                & (syscalls::FIEMAP_EXTENT_DATA_INLINE
-                    | syscalls::FIEMAP_EXTENT_NOT_ALIGNED
-                    | syscalls::FIEMAP_EXTENT_DATA_TAIL)
-                != 0
-            {
-                excluded.inline += len;
-            } else if f & syscalls::FIEMAP_EXTENT_ENCODED != 0 {
-                excluded.encoded += len;
-            } else if f & syscalls::FIEMAP_EXTENT_SHARED != 0 && !params.rewrite_shared {
-                excluded.shared += len;
-            } else {
-                allowed.push(r);
-            }
-        }
+        let allowed = extents
+            .iter()
+            .filter_map(|e| writable(e, params, &mut excluded))
+            .collect();
         intersect(&normalize(seek_data.to_vec()), &normalize(allowed))
     };
-
     let mut chunks = Vec::new();
-    let a = params.align;
     for r in data {
-        let (s, mut e) = (r.start, r.end);
-        if params.unsafe_direct_tail && e == size {
-            e = round_up(e, a);
-        }
-        let head_end = round_up(s, a);
-        let tail_start = round_down(e, a);
-        if head_end >= tail_start {
-            chunks.push(Chunk {
-                offset: s,
-                len: e - s,
-                direct: false,
-            });
-            continue;
-        }
-        if s < head_end {
-            chunks.push(Chunk {
-                offset: s,
-                len: head_end - s,
-                direct: false,
-            });
-        }
-        let mut off = head_end;
-        while off < tail_start {
-            let next = ((off / params.chunk) + 1) * params.chunk;
-            let end = next.min(tail_start);
-            chunks.push(Chunk {
-                offset: off,
-                len: end - off,
-                direct: true,
-            });
-            off = end;
-        }
-        if tail_start < e {
-            chunks.push(Chunk {
-                offset: tail_start,
-                len: e - tail_start,
-                direct: false,
-            });
-        }
+        let e = if params.unsafe_direct_tail && r.end == size {
+            round_up(r.end, params.align)
+        } else {
+            r.end
+        };
+        split_range(r.start..e, params, &mut chunks);
     }
     Plan { chunks, excluded }
+}
+
+/// The part of an extent within the size that may be rewritten; what
+/// may not (unwritten, delayed, inline, encoded, shared) is counted in
+/// `excluded` instead.
+fn writable(e: &Extent, params: &PlanParams, excluded: &mut Excluded) -> Option<Range<u64>> {
+    let size = params.size;
+    let r = e.logical.min(size)..e.logical.saturating_add(e.length).min(size);
+    if r.is_empty() {
+        return None;
+    }
+    let len = r.end - r.start;
+    let f = e.flags;
+    let counter = if f & syscalls::FIEMAP_EXTENT_UNWRITTEN != 0 {
+        &mut excluded.unwritten
+    } else if f & (syscalls::FIEMAP_EXTENT_DELALLOC | syscalls::FIEMAP_EXTENT_UNKNOWN) != 0 {
+        &mut excluded.delalloc
+    } else if f
+        & (syscalls::FIEMAP_EXTENT_DATA_INLINE
+            | syscalls::FIEMAP_EXTENT_NOT_ALIGNED
+            | syscalls::FIEMAP_EXTENT_DATA_TAIL)
+        != 0
+    {
+        &mut excluded.inline
+    } else if f & syscalls::FIEMAP_EXTENT_ENCODED != 0 {
+        &mut excluded.encoded
+    } else if f & syscalls::FIEMAP_EXTENT_SHARED != 0 && !params.rewrite_shared {
+        &mut excluded.shared
+    } else {
+        return Some(r);
+    };
+    *counter += len;
+    None
+}
+
+/// Splits one data range into chunks: an unaligned head and tail
+/// (buffered), and the aligned middle in `chunk`-aligned pieces (direct).
+fn split_range(r: Range<u64>, params: &PlanParams, chunks: &mut Vec<Chunk>) {
+    let (s, e) = (r.start, r.end);
+    let a = params.align;
+    let head_end = round_up(s, a);
+    let tail_start = round_down(e, a);
+    let buffered = |offset: u64, end: u64| Chunk {
+        offset,
+        len: end - offset,
+        direct: false,
+    };
+    if head_end >= tail_start {
+        chunks.push(buffered(s, e));
+        return;
+    }
+    if s < head_end {
+        chunks.push(buffered(s, head_end));
+    }
+    let mut off = head_end;
+    while off < tail_start {
+        let next = ((off / params.chunk) + 1) * params.chunk;
+        let end = next.min(tail_start);
+        chunks.push(Chunk {
+            offset: off,
+            len: end - off,
+            direct: true,
+        });
+        off = end;
+    }
+    if tail_start < e {
+        chunks.push(buffered(tail_start, e));
+    }
 }
 
 /// Sorts and merges overlapping or touching ranges; drops empty ones.

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use rustix::fs::FallocateFlags;
 
+use super::unit::{ChunkResult, Relocator};
 use crate::engine::report::{Outcome, ReadError, SkipReason};
 use crate::engine::safety::plan::{self, Chunk};
-use crate::engine::strategy::relocate::{ChunkResult, Relocator};
 use crate::io::syscalls::{self, Dedupe};
 
 impl Relocator<'_, '_> {
@@ -66,6 +66,20 @@ impl Relocator<'_, '_> {
                 ),
             );
         }
+        if let Some(stop) = self.swap_extents(c, b0, blocks) {
+            return stop;
+        }
+        self.moved += c.len;
+        // The kernel copied through the page cache: make it durable.
+        if let Err(e) = rustix::fs::fdatasync(self.orig) {
+            return fail(FailKind::Io, format!("fdatasync: {}", io::Error::from(e)));
+        }
+        ChunkResult::Moved
+    }
+
+    /// MOVE_EXT of `blocks` blocks from `b0` into the donor, retrying what
+    /// the kernel finds busy; `None` when all moved.
+    fn swap_extents(&mut self, c: Chunk, b0: u64, blocks: u64) -> Option<ChunkResult> {
         let mut moved = 0;
         let mut busy = 0;
         let mut small_pages = false;
@@ -73,30 +87,19 @@ impl Relocator<'_, '_> {
         let mut step = blocks;
         while moved < blocks {
             let n = step.min(blocks - moved);
+            let at = (b0 + moved) * self.block;
             match syscalls::move_extents(self.orig, self.temp.as_fd(), b0 + moved, n) {
                 // Nothing left to move there: another process truncated or
                 // punched the range meanwhile.
-                Ok(0) => return ChunkResult::Changed,
+                Ok(0) => return Some(ChunkResult::Changed),
                 Ok(n) => moved += n,
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) && !small_pages => {
-                    // Large folios (the application wrote or read the file
-                    // in big pieces) are refused by MOVE_EXT (Linux 6.18:
-                    // EBUSY, every time). Drop the unit's clean, unmapped
-                    // cached pages and read them back as single pages (the
-                    // orig fd reads with POSIX_FADV_RANDOM); the pages that
-                    // were cached before are read back after the unit
-                    // (`reread_evicted`), so the application's cache stays.
                     small_pages = true;
-                    let _ = rustix::fs::fdatasync(self.orig);
-                    let rest = (b0 + moved) * self.block;
-                    let _ = rustix::fs::fadvise(
-                        self.orig,
-                        rest,
-                        std::num::NonZeroU64::new(c.end().saturating_sub(rest)),
-                        rustix::fs::Advice::DontNeed,
-                    );
-                    if let Err(e) = self.read_chunk(c, false) {
-                        return fail(FailKind::Io, format!("reading at offset {}: {e}", c.offset));
+                    if let Err(e) = self.as_small_pages(c, at) {
+                        return Some(fail(
+                            FailKind::Io,
+                            format!("reading at offset {}: {e}", c.offset),
+                        ));
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) && busy < 40 => {
@@ -109,34 +112,46 @@ impl Relocator<'_, '_> {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EIO) => {
-                    let off = (b0 + moved) * self.block;
-                    return ChunkResult::ReadErrors(vec![ReadError {
-                        offset: off,
-                        len: c.end().saturating_sub(off),
+                    return Some(ChunkResult::ReadErrors(vec![ReadError {
+                        offset: at,
+                        len: c.end().saturating_sub(at),
                         error: e.to_string(),
-                    }]);
+                    }]));
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {
-                    return ChunkResult::Changed; // truncated meanwhile
+                    return Some(ChunkResult::Changed); // truncated meanwhile
                 }
                 Err(e) if is_space(&e) => {
-                    return fail(
+                    return Some(fail(
                         FailKind::NoSpace,
-                        format!("MOVE_EXT at offset {}: {e}", (b0 + moved) * self.block),
-                    )
+                        format!("MOVE_EXT at offset {at}: {e}"),
+                    ))
                 }
                 Err(e) => {
                     self.moved += moved * self.block;
-                    return self.refused("EXT4_IOC_MOVE_EXT", &e);
+                    return Some(self.refused("EXT4_IOC_MOVE_EXT", &e));
                 }
             }
         }
-        self.moved += c.len;
-        // The kernel copied through the page cache: make it durable.
-        if let Err(e) = rustix::fs::fdatasync(self.orig) {
-            return fail(FailKind::Io, format!("fdatasync: {}", io::Error::from(e)));
-        }
-        ChunkResult::Moved
+        None
+    }
+
+    /// Large folios (the application wrote or read the file in big
+    /// pieces) are refused by MOVE_EXT (Linux 6.18: EBUSY, every time).
+    /// Drops the unit's clean, unmapped cached pages from `rest` on and
+    /// reads them back as single pages (the orig fd reads with
+    /// POSIX_FADV_RANDOM); the pages that were cached before are read
+    /// back after the unit (`reread_evicted`), so the application's cache
+    /// stays.
+    fn as_small_pages(&mut self, c: Chunk, rest: u64) -> io::Result<()> {
+        let _ = rustix::fs::fdatasync(self.orig);
+        let _ = rustix::fs::fadvise(
+            self.orig,
+            rest,
+            std::num::NonZeroU64::new(c.end().saturating_sub(rest)),
+            rustix::fs::Advice::DontNeed,
+        );
+        self.read_chunk(c, false).map(|_| ())
     }
 
     /// Reads the chunk (once, through the page cache) into the temp file;
