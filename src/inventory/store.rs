@@ -18,6 +18,7 @@ use crate::io::fsid::FsId;
 
 mod apply;
 mod error;
+mod group;
 pub mod migrate;
 mod turns;
 

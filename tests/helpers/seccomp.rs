@@ -38,8 +38,8 @@ fn jeq(k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 /// The program: another architecture's calls pass; each of `calls`
 /// returns `errno`; everything else is allowed.
 fn program(calls: &[libc::c_long], errno: i32) -> Vec<libc::sock_filter> {
-    let load = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u32;
-    let ret = (libc::BPF_RET | libc::BPF_K) as u32;
+    let load = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let ret = libc::BPF_RET | libc::BPF_K;
     let mut p = vec![
         stmt(load, 4), // seccomp_data.arch
         jeq(ARCH, 1, 0),

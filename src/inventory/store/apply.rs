@@ -1,6 +1,6 @@
 //! A walk applied to the database: per directory only differences are
 //! written, in short transactions — one holds the write lock for at most
-//! about [`GROUP_TIME`] (or [`GROUP_ROWS`] changed rows), so another
+//! about `GROUP_TIME` (or `GROUP_ROWS` changed rows, see `group`), so another
 //! drive's checkpoint write never waits behind a whole tree's walk. Rows
 //! of files that are gone are deleted at the end, once every directory
 //! was seen (a rename into a later directory keeps its history); rows
@@ -11,7 +11,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -19,7 +18,8 @@ use super::super::scan::{Batch, Entry, Walked};
 use serde::Serialize;
 
 use super::error::StoreError;
-use super::turns::{Turn, Turns};
+use super::group::Group;
+use super::turns::Turns;
 use crate::clock::Timestamp;
 use crate::io::fsid::FsId;
 
@@ -42,11 +42,6 @@ pub struct ScanStats {
     pub problems: Vec<String>,
 }
 
-/// Longest a scan holds the write lock at once.
-pub const GROUP_TIME: Duration = Duration::from_millis(25);
-/// Most rows changed in one transaction.
-pub const GROUP_ROWS: u64 = 4096;
-
 /// A row of a directory, as the database has it.
 struct Known {
     fs: FsId,
@@ -56,55 +51,6 @@ struct Known {
     alloc: u64,
     mtime: Timestamp,
     btime: Option<Timestamp>,
-}
-
-/// A write transaction that is committed in groups and rolled back if
-/// dropped open (an error part way).
-struct Group<'c> {
-    conn: &'c Connection,
-    turns: &'c Arc<Turns>,
-    /// While a transaction is open: this writer's turn, and since when.
-    open: Option<(Turn, Instant)>,
-    rows: u64,
-}
-
-impl<'c> Group<'c> {
-    fn begin(&mut self) -> rusqlite::Result<()> {
-        if self.open.is_none() {
-            // Our turn first (first come, first served among this
-            // process's writers), then IMMEDIATE: the write lock up front,
-            // waiting (busy_timeout) for another process's writer instead
-            // of failing when upgrading.
-            let turn = self.turns.batch();
-            self.conn.execute_batch("BEGIN IMMEDIATE")?;
-            self.open = Some((turn, Instant::now()));
-            self.rows = 0;
-        }
-        Ok(())
-    }
-
-    /// Commits when the group is long enough.
-    fn maybe_commit(&mut self) -> rusqlite::Result<()> {
-        match self.open {
-            Some((_, t)) if t.elapsed() >= GROUP_TIME || self.rows >= GROUP_ROWS => self.commit(),
-            _ => Ok(()),
-        }
-    }
-
-    fn commit(&mut self) -> rusqlite::Result<()> {
-        if self.open.take().is_some() {
-            self.conn.execute_batch("COMMIT")?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Group<'_> {
-    fn drop(&mut self) {
-        if self.open.is_some() {
-            let _ = self.conn.execute_batch("ROLLBACK");
-        }
-    }
 }
 
 /// Applies what the walk sends to the rows under `root`.
