@@ -23,7 +23,9 @@ mod fleet;
 pub mod gate;
 #[cfg(feature = "fleet")]
 mod session;
+mod ticket;
 
-pub use fleet::{Fleet, FleetCounters, QueueEntry, SlotState, Ticket, TicketShared};
+pub use fleet::{Fleet, FleetCounters, QueueEntry};
 #[cfg(feature = "fleet")]
 pub use session::{probe, start};
+pub use ticket::{SlotState, Ticket, TicketShared};

@@ -14,7 +14,8 @@ use etcd_client::{
     TxnOp, TxnOpResponse,
 };
 
-use super::fleet::{rank, record_put, Fleet, QueueEntry, TicketShared};
+use super::fleet::{rank, record_put, Fleet, QueueEntry};
+use super::ticket::TicketShared;
 use crate::config::coordination::Coordination;
 
 /// Starts the session task on `rt`; the fleet's state says how it goes.
