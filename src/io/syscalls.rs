@@ -1,8 +1,15 @@
 //! Thin safe wrappers around the few syscalls that neither rustix nor nix
-//! cover: file leases and FIEMAP. Each `unsafe` lives here, once.
+//! cover: FIEMAP, I/O priorities, `mincore`, the inode generation, file
+//! leases ([`lease`]) and relocation's ioctls ([`relocate`]). Each
+//! `unsafe` lives here, once.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+
+pub mod relocate;
+pub use relocate::{dedupe, move_extents, Dedupe};
+pub mod lease;
+pub use lease::{lease_state, release_lease, take_write_lease, LeaseState};
 
 /// Filesystems the engine may write to, by `statfs.f_type`.
 pub const EXT4_SUPER_MAGIC: i64 = 0xEF53;
@@ -81,53 +88,6 @@ pub fn fs_magic_name(magic: i64) -> String {
         _ => return format!("filesystem type {magic:#x}"),
     };
     name.to_string()
-}
-
-/// What `F_GETLEASE` says about our lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseState {
-    /// We hold an exclusive write lease and nobody wants it.
-    Held,
-    /// Someone opened or truncated the file: the kernel asks us to let go.
-    Breaking,
-    /// No lease (never taken, released, or revoked by the kernel).
-    None,
-}
-
-/// Takes an exclusive write lease (`F_SETLEASE F_WRLCK`).
-///
-/// Fails with `EAGAIN` when any other file description has the file open
-/// (including mappings and running executables).
-pub fn take_write_lease(fd: BorrowedFd<'_>) -> io::Result<()> {
-    set_lease(fd, libc::F_WRLCK)
-}
-
-/// Releases our lease (`F_SETLEASE F_UNLCK`). Unblocks a waiting opener.
-pub fn release_lease(fd: BorrowedFd<'_>) -> io::Result<()> {
-    set_lease(fd, libc::F_UNLCK)
-}
-
-fn set_lease(fd: BorrowedFd<'_>, kind: libc::c_int) -> io::Result<()> {
-    // SAFETY: fcntl(F_SETLEASE) takes an int argument and touches no memory
-    // of ours; the fd is valid for the duration of the borrow.
-    let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, kind) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Asks the kernel about our lease. While a break is pending, `F_GETLEASE`
-/// returns the type the holder must downgrade to (`F_UNLCK` or `F_RDLCK`).
-pub fn lease_state(fd: BorrowedFd<'_>) -> io::Result<LeaseState> {
-    // SAFETY: fcntl(F_GETLEASE) takes no argument and touches no memory.
-    let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETLEASE) };
-    match rc {
-        libc::F_WRLCK => Ok(LeaseState::Held),
-        libc::F_RDLCK => Ok(LeaseState::Breaking),
-        libc::F_UNLCK => Ok(LeaseState::None),
-        _ => Err(io::Error::last_os_error()),
-    }
 }
 
 const IOPRIO_CLASS_SHIFT: u16 = 13;
@@ -325,116 +285,6 @@ pub fn is_running_executable(dev: u64, ino: u64) -> bool {
         })
 }
 
-// ---- Relocation: EXT4_IOC_MOVE_EXT and FIDEDUPERANGE ----
-
-/// `struct move_extent` (fs/ext4/ext4.h).
-#[repr(C)]
-#[derive(Debug, Default)]
-struct MoveExtent {
-    reserved: u32,
-    donor_fd: u32,
-    orig_start: u64,
-    donor_start: u64,
-    len: u64,
-    moved_len: u64,
-}
-
-/// `_IOWR('f', 15, struct move_extent)`.
-const EXT4_IOC_MOVE_EXT: libc::c_ulong = 0xC028_660F;
-const _: () = assert!(std::mem::size_of::<MoveExtent>() == 40);
-
-/// Asks ext4 to copy blocks `[start, start + len)` (in filesystem blocks)
-/// of `orig` into the donor's blocks at the same offsets and swap the
-/// extents, under the kernel's locks. Returns the blocks moved.
-pub fn move_extents(
-    orig: BorrowedFd<'_>,
-    donor: BorrowedFd<'_>,
-    start: u64,
-    len: u64,
-) -> io::Result<u64> {
-    let donor_fd = u32::try_from(donor.as_raw_fd()).map_err(|_| io::Error::other("bad fd"))?;
-    let mut req = MoveExtent {
-        donor_fd,
-        orig_start: start,
-        donor_start: start,
-        len,
-        ..MoveExtent::default()
-    };
-    // SAFETY: `req` is a valid `struct move_extent`; the kernel reads it and
-    // writes `moved_len`. Both fds are valid for the borrows.
-    let rc = unsafe {
-        libc::ioctl(
-            orig.as_raw_fd(),
-            EXT4_IOC_MOVE_EXT,
-            &mut req as *mut MoveExtent,
-        )
-    };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if req.moved_len > 0 {
-            tracing::debug!("MOVE_EXT moved {} blocks before: {e}", req.moved_len);
-        }
-        return Err(e);
-    }
-    Ok(req.moved_len)
-}
-
-/// `struct file_dedupe_range` with one `file_dedupe_range_info`.
-#[repr(C)]
-#[derive(Debug, Default)]
-struct DedupeRange {
-    src_offset: u64,
-    src_length: u64,
-    dest_count: u16,
-    reserved1: u16,
-    reserved2: u32,
-    dest_fd: i64,
-    dest_offset: u64,
-    bytes_deduped: u64,
-    status: i32,
-    reserved: u32,
-}
-
-/// `_IOWR(0x94, 54, struct file_dedupe_range)` (header only: 24 bytes).
-const FIDEDUPERANGE: libc::c_ulong = 0xC018_9436;
-const _: () = assert!(std::mem::size_of::<DedupeRange>() == 24 + 32);
-
-/// The kernel's answer to one dedupe request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dedupe {
-    /// The ranges were identical; this many bytes now share the source's blocks.
-    Same(u64),
-    /// The contents differ (someone wrote meanwhile): nothing remapped.
-    Differs,
-}
-
-/// `FIDEDUPERANGE`: if `src[off, off+len)` and `dest[off, off+len)` hold
-/// the same bytes, the kernel (under its locks) points `dest`'s range at
-/// `src`'s blocks.
-pub fn dedupe(src: BorrowedFd<'_>, dest: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<Dedupe> {
-    let mut req = DedupeRange {
-        src_offset: off,
-        src_length: len,
-        dest_count: 1,
-        dest_fd: i64::from(dest.as_raw_fd()),
-        dest_offset: off,
-        ..DedupeRange::default()
-    };
-    // SAFETY: `req` is a `struct file_dedupe_range` followed by exactly
-    // `dest_count` (1) info records; the kernel fills `bytes_deduped` and
-    // `status`. Both fds are valid for the borrows.
-    let rc = unsafe { libc::ioctl(src.as_raw_fd(), FIDEDUPERANGE, &mut req as *mut DedupeRange) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    match req.status {
-        0 => Ok(Dedupe::Same(req.bytes_deduped)),
-        1 => Ok(Dedupe::Differs),
-        s if s < 0 => Err(io::Error::from_raw_os_error(-s)),
-        s => Err(io::Error::other(format!("unknown dedupe status {s}"))),
-    }
-}
-
 /// Which pages of `[off, off+len)` are in the page cache (one bool per
 /// page). Maps the range read-only without touching it.
 pub fn resident_pages(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<Vec<bool>> {
@@ -528,17 +378,4 @@ pub fn write_all_at(fd: BorrowedFd<'_>, buf: &[u8], mut off: u64) -> io::Result<
 }
 
 #[cfg(test)]
-mod ioprio_tests {
-    use super::*;
-
-    #[test]
-    fn idle_class_writes_are_raised_to_best_effort() {
-        assert_eq!(write_ioprio_for(0), 0, "default: the thread's own");
-        assert_eq!(write_ioprio_for(((IOPRIO_CLASS_BE << 13) | 4).into()), 0);
-        assert_eq!(
-            write_ioprio_for((IOPRIO_CLASS_IDLE << 13).into()),
-            (IOPRIO_CLASS_BE << 13) | 7
-        );
-        assert_eq!(write_ioprio_for(-1), 0, "an error leaves it alone");
-    }
-}
+mod tests;
