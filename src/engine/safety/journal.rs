@@ -45,11 +45,11 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
+use rustix::fs::{AtFlags, StatxFlags};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -102,57 +102,6 @@ impl Entry {
         !self.lease_broken
             && !self.changed_by_another
             && (mtime, ctime) == (self.left_mtime, self.left_ctime)
-    }
-}
-
-/// Version 1 records (times in i64 nanoseconds, identity by st_dev): read
-/// so that a crash just before an upgrade is still recovered (the device
-/// numbers hold until the next reboot).
-mod v1 {
-    use serde::Deserialize;
-
-    #[derive(Debug, Deserialize)]
-    pub struct Observed {
-        pub dev: u64,
-        pub ino: u64,
-        pub btime_ns: Option<i64>,
-        pub generation: Option<u32>,
-        pub atime_ns: i64,
-        pub mtime_ns: i64,
-        pub ctime_ns: i64,
-    }
-
-    #[derive(Debug, Deserialize)]
-    pub struct Entry {
-        pub path: std::path::PathBuf,
-        pub taken: Observed,
-        pub left_mtime_ns: i64,
-        pub left_ctime_ns: i64,
-        pub lease_broken: bool,
-    }
-}
-
-impl From<v1::Entry> for Entry {
-    fn from(e: v1::Entry) -> Entry {
-        let t = e.taken;
-        Entry {
-            version: 1,
-            path: e.path,
-            taken: Observed {
-                fs: FsId::Dev(t.dev),
-                dev: t.dev,
-                ino: t.ino,
-                btime: t.btime_ns.map(Timestamp::from_nanos),
-                generation: t.generation,
-                atime: Timestamp::from_nanos(t.atime_ns),
-                mtime: Timestamp::from_nanos(t.mtime_ns),
-                ctime: Timestamp::from_nanos(t.ctime_ns),
-            },
-            left_mtime: Timestamp::from_nanos(e.left_mtime_ns),
-            left_ctime: Timestamp::from_nanos(e.left_ctime_ns),
-            lease_broken: e.lease_broken,
-            changed_by_another: false,
-        }
     }
 }
 
@@ -378,116 +327,6 @@ pub fn observe(fd: BorrowedFd<'_>) -> io::Result<Observed> {
     })
 }
 
-/// What recovery did with one record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recovered {
-    pub path: PathBuf,
-    pub outcome: RecoveryOutcome,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecoveryOutcome {
-    /// The atime and mtime refreshd had moved are back.
-    Restored,
-    /// Left as it is (and the record dropped), for this reason.
-    Left(String),
-    /// Someone has the file open: the record is kept for the next run.
-    Deferred(String),
-}
-
-/// Goes through the records of dead owners (and ownerless ones left by an
-/// older refreshd): restores what provably only refreshd moved, drops
-/// records that are settled, keeps those of files in use. The records of
-/// a running refreshd (this one included) are not touched.
-pub fn recover(journal: &Journal) -> io::Result<Vec<Recovered>> {
-    let mut out = recover_records(owners::records_in(&journal.root)?);
-    for dead in owners::dead_owners(&journal.root, journal.dir())? {
-        out.extend(recover_records(owners::records_in(&dead.dir)?));
-        dead.tidy();
-    }
-    Ok(out)
-}
-
-fn recover_records(files: Vec<PathBuf>) -> Vec<Recovered> {
-    let mut out = vec![];
-    for (file, entry) in read_records(files) {
-        let (path, outcome) = match entry {
-            Err(why) => (
-                file.clone(),
-                RecoveryOutcome::Left(format!("unusable record: {why}")),
-            ),
-            Ok(e) => (e.path.clone(), recover_one(&e)),
-        };
-        if !matches!(outcome, RecoveryOutcome::Deferred(_)) {
-            if let Err(e) = std::fs::remove_file(&file) {
-                // Kept, it is acted on again at the next start: harmless
-                // (a restored file is left), but the operator should know.
-                tracing::warn!(record = %crate::pathtext::Log(&file), "cannot remove a settled recovery record: {e}");
-            }
-        }
-        match &outcome {
-            RecoveryOutcome::Restored => {
-                tracing::info!(path = %crate::pathtext::Log(&path), "restored the atime and mtime an interrupted refresh had moved")
-            }
-            RecoveryOutcome::Left(why) => {
-                tracing::warn!(path = %crate::pathtext::Log(&path), "interrupted refresh: mtime left as it is: {why}")
-            }
-            RecoveryOutcome::Deferred(why) => {
-                tracing::info!(path = %crate::pathtext::Log(&path), "interrupted refresh: recovery deferred: {why}")
-            }
-        }
-        out.push(Recovered { path, outcome });
-    }
-    out
-}
-
-fn recover_one(e: &Entry) -> RecoveryOutcome {
-    use RecoveryOutcome::{Deferred, Left, Restored};
-    let fd = match crate::io::resolve::open_absolute(
-        &e.path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOATIME,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Left("no longer exists".into()),
-        Err(err) => return Left(format!("cannot open it safely: {}", io::Error::from(err))),
-    };
-    // Under our lease nobody can change the file between check and fix.
-    match crate::io::syscalls::take_write_lease(fd.as_fd()) {
-        Ok(()) => {}
-        Err(err) if err.raw_os_error() == Some(libc::EAGAIN) => {
-            return Deferred("another process has it open".into())
-        }
-        Err(err) => return Left(format!("taking a lease: {err}")),
-    }
-    let result = (|| {
-        let now = observe(fd.as_fd()).map_err(|err| Left(format!("statx: {err}")))?;
-        #[cfg(test)]
-        let verdict = if test_switch::restore_always() {
-            Verdict::Restore
-        } else {
-            decide(e, &now)
-        };
-        #[cfg(not(test))]
-        let verdict = decide(e, &now);
-        match verdict {
-            Verdict::Leave(why) => Err(Left(why.into())),
-            Verdict::Restore => {
-                let times = rustix::fs::Timestamps {
-                    last_access: e.taken.atime.to_timespec(),
-                    last_modification: e.taken.mtime.to_timespec(),
-                };
-                rustix::fs::futimens(&fd, &times).map_err(|err| {
-                    Left(format!("restoring the times: {}", io::Error::from(err)))
-                })?;
-                Ok(Restored)
-            }
-        }
-    })();
-    let _ = crate::io::syscalls::release_lease(fd.as_fd());
-    result.unwrap_or_else(|o| o)
-}
-
 /// Test-only: restore every record, whatever happened to the file since,
 /// so a test can show what the exact-match rule protects.
 #[cfg(test)]
@@ -518,5 +357,9 @@ pub(crate) mod test_switch {
 }
 
 mod owners;
+mod recover;
 #[cfg(test)]
 mod tests;
+mod v1;
+
+pub use recover::{recover, Recovered, RecoveryOutcome};

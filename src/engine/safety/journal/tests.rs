@@ -6,6 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use super::*;
+use std::os::fd::AsFd;
 
 const FS: FsId = FsId::Uuid {
     uuid: [5; 16],
