@@ -53,6 +53,7 @@ pub use crate::engine::types::DEFAULT_FLOOR;
 use crate::engine::types::{IoPriority, YieldMode};
 
 mod blind;
+mod control;
 mod device;
 mod latency;
 mod shared;
@@ -337,137 +338,6 @@ impl Pacer {
         }
         self.step(now, tick, &own, elapsed);
         self.allowance() != before || self.raised != raised
-    }
-
-    fn step(
-        &mut self,
-        now: Duration,
-        tick: Option<latency::TickReads>,
-        own: &OwnDone,
-        elapsed: Duration,
-    ) {
-        let app_active = self.app_seen.is_some_and(|t| now.saturating_sub(t) < QUIET);
-        match self.phase {
-            Phase::Alone if app_active => self.start_learning(now),
-            Phase::Alone => {}
-            Phase::Learning { until } => self.learn(now, until, tick),
-            Phase::Sharing if !app_active => {
-                tracing::info!("the application stopped reading: back to the configured rate");
-                self.leave_sharing();
-            }
-            Phase::Sharing if self.baseline.is_none_or(|(_, at)| now >= at + RELEARN) => {
-                self.start_learning(now)
-            }
-            Phase::Sharing => {
-                self.keep_the_floor(elapsed, own);
-                if now >= self.decided + DECIDE {
-                    self.decide(now);
-                }
-            }
-        }
-        self.set_read_ioprio();
-    }
-
-    fn start_learning(&mut self, now: Duration) {
-        self.phase = Phase::Learning { until: now + LEARN };
-        self.learned = (0, 0.0);
-        self.reads.restart();
-    }
-
-    /// Silent: the application's reads now are its latency alone. The
-    /// first tick still sees our last requests complete: skipped.
-    fn learn(&mut self, now: Duration, until: Duration, tick: Option<latency::TickReads>) {
-        let first = now.saturating_sub(until.saturating_sub(LEARN)) <= TICK;
-        if let Some(t) = tick.filter(|_| !first && self.own.reads_in_flight() == 0) {
-            self.learned.0 += t.reads.max(0) as u64;
-            self.learned.1 += t.ms.max(0.0);
-        }
-        if now < until {
-            return;
-        }
-        let (reads, ms) = self.learned;
-        if reads >= latency::MIN_READS {
-            let alone = ms / reads as f64;
-            self.baseline = Some((alone, now));
-            tracing::debug!(alone_ms = alone, reads, "learned the application's latency");
-        } else if let Some((b, _)) = self.baseline {
-            // Too few reads to say: keep the old one a while longer.
-            self.baseline = Some((b, now));
-        }
-        if self.baseline.is_none() {
-            // The application is too quiet to measure: treat it as gone.
-            self.leave_sharing();
-            return;
-        }
-        if self.status.yielding().is_none() {
-            tracing::info!("sharing the drive with the application");
-        }
-        self.phase = Phase::Sharing;
-        self.decided = now;
-        self.reads.restart();
-        self.show(None);
-    }
-
-    /// The control law (see the module's documentation).
-    fn decide(&mut self, now: Duration) {
-        self.decided = now;
-        let (Some(app), Some((alone, _))) = (self.reads.latency_ms(), self.baseline) else {
-            return;
-        };
-        let ratio = app / alone.max(0.001);
-        let floor = self.floor() as f64;
-        if ratio > AIM {
-            self.rate = (self.rate * (AIM / ratio).max(0.5)).max(floor);
-            self.depth = 1;
-        } else if ratio < AIM * 0.92 {
-            self.rate = (self.rate * 1.25).min(self.full()).max(floor);
-        }
-        self.reads.restart();
-        self.show(Some((app, alone)));
-    }
-
-    /// Sharing: if the rate's bytes are not read (one request at a time is
-    /// too few for an aged drive), one more in flight; and the floor is
-    /// kept whatever the latency says.
-    fn keep_the_floor(&mut self, elapsed: Duration, own: &OwnDone) {
-        if own.reads.is_empty() && self.own.reads_in_flight() == 0 {
-            return;
-        }
-        self.progress.0 += elapsed;
-        self.progress.1 += own.reads.iter().map(|r| r.0).sum::<u64>();
-        let (span, bytes) = self.progress;
-        if span >= Duration::from_secs(1) {
-            let want = self.rate.max(self.floor() as f64) * span.as_secs_f64() * 0.8;
-            if (bytes as f64) < want {
-                self.depth = (self.depth + 1).min(self.cfg.depth.max(1));
-            }
-            self.progress = (Duration::ZERO, 0);
-        }
-    }
-
-    fn leave_sharing(&mut self) {
-        self.phase = Phase::Alone;
-        self.depth = 1;
-        self.progress = (Duration::ZERO, 0);
-        self.status.set(None);
-    }
-
-    /// What the operator sees while the drive is shared.
-    fn show(&self, latencies: Option<(f64, f64)>) {
-        let name = self.device.as_ref().map_or("the drive", |d| d.name());
-        let rate = self.allowance().rate.unwrap_or(0) as f64 / (1 << 20) as f64;
-        let reason = match latencies {
-            Some((app, alone)) => format!(
-                "the application reads on {name}: {app:.2} ms per read, {:.2}× its {alone:.2} ms alone; refresh at {rate:.1} MiB/s",
-                app / alone.max(0.001)
-            ),
-            None => format!("the application reads on {name}; refresh at {rate:.1} MiB/s"),
-        };
-        let since = self
-            .status
-            .yielding()
-            .map_or_else(crate::clock::now_secs, |y| y.since);
-        self.status.set(Some(Yielding { since, reason }));
     }
 
     /// Reads run in the idle class, except while sharing the drive (the
