@@ -219,7 +219,12 @@ fn privileged_sync_backend_refreshes() {
     assert!(fs.bytes_written() - w0 >= (3 << 20) + 17);
 }
 
-/// io_uring refused in the refreshing process alone (a seccomp filter):
+/// `io_uring_setup` (the same number on every Linux architecture).
+const SYS_IO_URING_SETUP: u32 = 425;
+
+/// io_uring refused in the refreshing process alone (a seccomp filter,
+/// not the `kernel.io_uring_disabled` sysctl, which would turn it off for
+/// every test running beside this one):
 /// the one-shot says so, falls back to pread/pwrite, and refreshes.
 #[test]
 fn privileged_falls_back_when_io_uring_is_refused() {
@@ -235,7 +240,7 @@ fn privileged_falls_back_when_io_uring_is_refused() {
         let before = fingerprint(&p);
         let mut cmd = refreshd();
         cmd.args(["refresh", "--no-progress"]).arg(&p);
-        let out = seccomp::deny(&mut cmd, &[libc::SYS_io_uring_setup], errno)
+        let out = testbed::seccomp::command_refusing(&mut cmd, SYS_IO_URING_SETUP, errno)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -15,7 +15,6 @@ use refreshd::engine::safety::plan::seek_data_ranges;
 pub mod assets;
 pub mod kernel;
 pub mod nspawn;
-pub mod seccomp;
 
 /// The `refreshctl` binary. It is another package of the workspace, so
 /// cargo builds it for `cargo test --workspace` (its own tests need it)
