@@ -183,10 +183,3 @@ pub fn wait(
         std::thread::sleep(Duration::from_millis(300));
     }
 }
-
-/// Seconds since the epoch, now.
-pub(crate) fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}

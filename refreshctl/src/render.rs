@@ -9,8 +9,6 @@ use refreshd_protocol::replies::{
 use refreshd_protocol::state::SlotState;
 use refreshd_protocol::units::format_size;
 
-use crate::client::now_secs;
-
 fn mbps(b: Option<f64>) -> String {
     b.map_or("-".into(), |b| format!("{:.0} MB/s", b / 1e6))
 }
@@ -385,4 +383,11 @@ pub fn requests_failed(requested: &[NowAccepted], st: &StatusReply) -> bool {
             .and_then(|d| d.last_request_round.as_ref())
             .is_some_and(|sm| sm.failed > 0)
     })
+}
+
+/// Seconds since the epoch, now.
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::ticket::{SlotState, Ticket, TicketInner, TicketShared};
+use super::ticket::{SlotState, TicketInner, TicketShared};
 use crate::config::coordination::Coordination;
 use crate::protocol::replies::{CoordinationReply, GroupReply, SlotHolder};
 
@@ -232,6 +232,49 @@ impl Fleet {
             health: st.health.clone(),
             groups,
         }
+    }
+}
+
+/// A drive's request for a slot: while it lives, the drive is in the
+/// group's queue; dropped, its key is deleted (the slot given back).
+#[derive(Debug)]
+pub struct Ticket {
+    pub(super) id: u64,
+    pub(super) shared: Arc<TicketShared>,
+    pub(super) fleet: Arc<Fleet>,
+}
+
+impl Ticket {
+    /// Whether the slot is held, provably, now.
+    pub fn holds(&self) -> bool {
+        matches!(self.shared.lock().state, SlotState::Held { until } if until > Instant::now())
+    }
+
+    pub fn state(&self) -> SlotState {
+        self.shared.lock().state.clone()
+    }
+
+    /// What the status shows of it (shared with the control server).
+    pub fn view(&self) -> Arc<TicketShared> {
+        self.shared.clone()
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let key = self.shared.lock().key.take();
+        let held = matches!(self.shared.lock().state, SlotState::Held { .. });
+        {
+            let mut st = self.fleet.lock();
+            st.tickets.remove(&self.id);
+            if let Some(k) = key {
+                st.released.push(k);
+            }
+        }
+        if held {
+            tracing::info!(device = %self.shared.device, "fleet slot released");
+        }
+        self.fleet.wake.notify_one();
     }
 }
 

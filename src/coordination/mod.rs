@@ -25,7 +25,7 @@ pub mod gate;
 mod session;
 mod ticket;
 
-pub use fleet::{Fleet, FleetCounters, QueueEntry};
+pub use fleet::{Fleet, FleetCounters, QueueEntry, Ticket};
 #[cfg(feature = "fleet")]
 pub use session::{probe, start};
-pub use ticket::{SlotState, Ticket, TicketShared};
+pub use ticket::{SlotState, TicketShared};

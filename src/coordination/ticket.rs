@@ -1,12 +1,10 @@
-//! A drive's request for a fleet slot: its state, shared between the
-//! drive, the etcd session and `status`, and the ticket whose drop gives
-//! the slot back.
+//! A drive's place in a fleet group's queue: its state, shared between
+//! the drive's ticket, the etcd session and `status`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::fleet::Fleet;
 use crate::protocol::replies::SlotReply;
 use crate::protocol::state::SlotState as Slot;
 
@@ -90,48 +88,5 @@ impl TicketShared {
             tracing::info!(device = %self.device, waited = ?self.queued_at.elapsed(), "fleet slot taken");
         }
         t.state = state;
-    }
-}
-
-/// A drive's request for a slot: while it lives, the drive is in the
-/// group's queue; dropped, its key is deleted (the slot given back).
-#[derive(Debug)]
-pub struct Ticket {
-    pub(super) id: u64,
-    pub(super) shared: Arc<TicketShared>,
-    pub(super) fleet: Arc<Fleet>,
-}
-
-impl Ticket {
-    /// Whether the slot is held, provably, now.
-    pub fn holds(&self) -> bool {
-        matches!(self.shared.lock().state, SlotState::Held { until } if until > Instant::now())
-    }
-
-    pub fn state(&self) -> SlotState {
-        self.shared.lock().state.clone()
-    }
-
-    /// What the status shows of it (shared with the control server).
-    pub fn view(&self) -> Arc<TicketShared> {
-        self.shared.clone()
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        let key = self.shared.lock().key.take();
-        let held = matches!(self.shared.lock().state, SlotState::Held { .. });
-        {
-            let mut st = self.fleet.lock();
-            st.tickets.remove(&self.id);
-            if let Some(k) = key {
-                st.released.push(k);
-            }
-        }
-        if held {
-            tracing::info!(device = %self.shared.device, "fleet slot released");
-        }
-        self.fleet.wake.notify_one();
     }
 }
