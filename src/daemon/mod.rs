@@ -18,10 +18,11 @@ pub mod topology;
 pub mod worker;
 
 mod serve;
-use serve::{serve, slots};
+pub use serve::Stop;
+use serve::{serve, slots, Bound};
 
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -67,22 +68,6 @@ fn raise_file_limit() {
         if let Err(e) = setrlimit(Resource::Nofile, l) {
             tracing::debug!("raising the file limit: {e}");
         }
-    }
-}
-
-fn notify(state: &[sd_notify::NotifyState<'_>]) {
-    let _ = sd_notify::notify(state);
-}
-
-/// Asks a running daemon to stop, as SIGTERM does (for a daemon started
-/// in-process by tests or another program).
-#[derive(Debug, Clone, Default)]
-pub struct Stop(Arc<tokio::sync::Notify>);
-
-impl Stop {
-    pub fn stop(&self) {
-        // notify_one keeps a permit if nobody waits yet: never missed.
-        self.0.notify_one();
     }
 }
 
@@ -158,46 +143,6 @@ pub fn run(cfg: Config, stop: Stop) -> Result<()> {
         .fleet
         .init(shared.fleet.is_some(), &slots(&shared));
     rt.block_on(serve(shared, cfg, stop, bound))
-}
-
-/// The daemon's listening sockets, bound before anything else is made.
-struct Bound {
-    control: Option<std::os::unix::net::UnixListener>,
-    metrics: Option<std::net::TcpListener>,
-    /// The control socket's file, removed when the daemon ends (also when
-    /// it fails to start).
-    socket: PathBuf,
-}
-
-impl Bound {
-    fn bind(cfg: &Config) -> Result<Bound> {
-        let metrics = if cfg.metrics_listen.is_empty() {
-            None
-        } else {
-            let l = std::net::TcpListener::bind(&cfg.metrics_listen)
-                .with_context(|| format!("metrics_listen {}", cfg.metrics_listen))?;
-            l.set_nonblocking(true)?;
-            Some(l)
-        };
-        let control = control::bind(cfg)?;
-        Ok(Bound {
-            control: Some(control),
-            metrics,
-            socket: cfg.control_socket.clone(),
-        })
-    }
-}
-
-impl Drop for Bound {
-    fn drop(&mut self) {
-        match std::fs::remove_file(&self.socket) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => tracing::warn!(
-                "cannot remove the control socket {}: {e} (the next start replaces it)",
-                crate::pathtext::text(&self.socket)
-            ),
-            _ => {}
-        }
-    }
 }
 
 /// Joins the fleet group (the etcd session runs on `rt`), with

@@ -9,8 +9,64 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::{control, fleet_metrics, http, notify, worker, Bound, Shared, Stop};
+use super::{control, fleet_metrics, http, worker, Shared};
 use crate::config::{self, Config};
+
+/// Asks a running daemon to stop, as SIGTERM does (for a daemon started
+/// in-process by tests or another program).
+#[derive(Debug, Clone, Default)]
+pub struct Stop(Arc<tokio::sync::Notify>);
+
+impl Stop {
+    pub fn stop(&self) {
+        // notify_one keeps a permit if nobody waits yet: never missed.
+        self.0.notify_one();
+    }
+}
+
+/// The daemon's listening sockets, bound before anything else is made.
+pub(super) struct Bound {
+    control: Option<std::os::unix::net::UnixListener>,
+    metrics: Option<std::net::TcpListener>,
+    /// The control socket's file, removed when the daemon ends (also when
+    /// it fails to start).
+    socket: PathBuf,
+}
+
+impl Bound {
+    pub(super) fn bind(cfg: &Config) -> Result<Bound> {
+        let metrics = if cfg.metrics_listen.is_empty() {
+            None
+        } else {
+            let l = std::net::TcpListener::bind(&cfg.metrics_listen)
+                .with_context(|| format!("metrics_listen {}", cfg.metrics_listen))?;
+            l.set_nonblocking(true)?;
+            Some(l)
+        };
+        let control = control::bind(cfg)?;
+        Ok(Bound {
+            control: Some(control),
+            metrics,
+            socket: cfg.control_socket.clone(),
+        })
+    }
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        match std::fs::remove_file(&self.socket) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => tracing::warn!(
+                "cannot remove the control socket {}: {e} (the next start replaces it)",
+                crate::pathtext::text(&self.socket)
+            ),
+            _ => {}
+        }
+    }
+}
+
+fn notify(state: &[sd_notify::NotifyState<'_>]) {
+    let _ = sd_notify::notify(state);
+}
 
 pub(super) async fn serve(
     shared: Arc<Shared>,

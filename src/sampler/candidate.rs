@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use rustix::fs::{Mode, OFlags};
 
-use super::ALIGN;
+/// Reads are O_DIRECT: offsets and lengths in 4 KiB.
+pub(super) const ALIGN: u64 = 4096;
+
 use crate::inventory::FileRecord;
 use crate::io::syscalls::{
     self, FIEMAP_EXTENT_DATA_INLINE, FIEMAP_EXTENT_DELALLOC, FIEMAP_EXTENT_ENCODED,

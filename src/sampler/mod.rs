@@ -39,17 +39,11 @@ use crate::io::buffers::BufferPool;
 use crate::units::ByteSize;
 pub use buckets::Buckets;
 use candidate::{candidate, Candidate, Unreadable};
-use read::{measure, Acc, Reader};
+use read::{measure, Acc, Reader, REGION, REQ};
 pub use refreshd_protocol::sample::{
     bucket_label, bucket_of, BucketSample, DriveSample, Measurement, Percentiles, BUCKET_EDGES,
     MONTH,
 };
-
-const ALIGN: u64 = 4096;
-const REQ: usize = 1 << 20;
-const DEPTH: usize = 8;
-const REGION: u64 = 4 << 20;
-const SMALL: usize = 4096;
 
 /// How to sample.
 #[derive(Debug, Clone)]

@@ -8,12 +8,21 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::Rng;
 
-use super::candidate::Candidate;
-use super::{Measurement, Percentiles, ALIGN, DEPTH, REGION, REQ, SMALL};
+use super::candidate::{Candidate, ALIGN};
 use crate::engine::BackendChoice;
 use crate::io::backend::{open_backend, Op};
 use crate::io::buffers::BufferPool;
 use crate::io::fileio::Ring;
+use refreshd_protocol::sample::{Measurement, Percentiles};
+
+/// One sequential request.
+pub(super) const REQ: usize = 1 << 20;
+/// Sequential requests in flight.
+const DEPTH: usize = 8;
+/// A sequential region: read as `REQ` requests, `DEPTH` in flight.
+pub(super) const REGION: u64 = 4 << 20;
+/// A latency read.
+const SMALL: usize = 4096;
 
 /// Picks an aligned offset in a candidate's data, weighted by bytes, with
 /// room for `len` bytes inside the extent (shorter if the extent is).

@@ -6,31 +6,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::drive::{self, Drive};
 use crate::inventory::{self, FileRecord, Store};
-use crate::policy::{self, Judgement, Plan, PlanRules, Thresholds};
+use crate::policy::{self, Judgement, PlanRules};
 use crate::sampler::{self, DriveSample, SampleOptions};
 
+mod report;
 mod svg;
 mod text;
+pub use report::{DriveReport, SurveyOptions};
 pub use svg::{render_svg, write_svg};
 pub use text::render;
-
-/// Options of `refreshd survey`.
-#[derive(Debug, Clone)]
-pub struct SurveyOptions {
-    pub paths: Vec<PathBuf>,
-    pub stale_after: Duration,
-    pub sample_bytes: crate::units::ByteSize,
-    pub thresholds: Thresholds,
-    pub min_free: crate::units::ByteSize,
-    pub seed: u64,
-    /// Where the daemon keeps its record (last refresh per file): ages
-    /// are what the daemon would say when it can be read.
-    pub state_dir: PathBuf,
-}
 
 /// A survey problem that stops it before anything is measured.
 #[derive(Debug, thiserror::Error)]
@@ -46,29 +32,6 @@ pub enum SurveyError {
         device: String,
         source: std::io::Error,
     },
-}
-
-/// One drive's result.
-#[derive(Debug, Clone, Serialize)]
-pub struct DriveReport {
-    /// The drive name(s), `+`-joined for multi-device filesystems.
-    pub device: String,
-    pub drives: Vec<Drive>,
-    #[serde(with = "crate::pathtext::json_vec")]
-    pub paths: Vec<PathBuf>,
-    pub files: u64,
-    pub bytes: u64,
-    pub sample: DriveSample,
-    pub judgement: Judgement,
-    /// healthy, degraded or unknown (one round: unconfirmed).
-    pub verdict: String,
-    pub plan: Plan,
-    /// Where the data's ages come from (the daemon's record, or mtimes
-    /// only, and why).
-    pub ages: String,
-    /// When the stale data will read below a floor, from this round's
-    /// ages (`None`: fewer than two ages read measurably slower than fresh).
-    pub forecast: Option<policy::forecast::Forecast>,
 }
 
 /// Per drive label: its drives, the trees on it, their files.

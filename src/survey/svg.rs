@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::DriveReport;
+use super::report::DriveReport;
 use crate::sampler::BucketSample;
 
 const W: f64 = 760.0;

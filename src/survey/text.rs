@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{DriveReport, SurveyOptions};
+use super::report::{DriveReport, SurveyOptions};
 use crate::units::format_size;
 
 /// What the fresh figure is, in words.

@@ -36,7 +36,7 @@ mod pieces;
 mod unit;
 
 pub use pieces::read_pieces;
-use unit::{ChunkResult, Method, Relocator};
+use unit::{ChunkResult, Method, Relocator, PIECE};
 
 pub use crate::engine::types::DEFAULT_RELOCATE_CHUNK;
 
@@ -47,7 +47,6 @@ use crate::engine::strategy::{Done, FileJob};
 use crate::io::fileio::FileIo;
 use crate::io::syscalls::FsKind;
 
-const PIECE: usize = 1 << 20;
 /// With a rate, a unit is at most this long a share of it, so that an
 /// application's I/O never waits long behind one swap.
 pub const UNIT_SECONDS: f64 = 0.5;

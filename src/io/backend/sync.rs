@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::time::Duration;
 
-use super::{check_request, BackendKind, Completion, IoBackend, Op, Request};
+use super::types::{check_request, BackendKind, Completion, IoBackend, Op, Request};
 use crate::io::buffers::BufferPool;
 
 /// pread/pwrite, one request at a time: the fallback.

@@ -1,4 +1,6 @@
+use super::uring::{tag, untag, CANCEL_TAG};
 use super::*;
+use std::time::Duration;
 
 #[test]
 fn tags_round_trip_and_never_collide_with_cancel() {

@@ -11,7 +11,7 @@ use fuser::{
     WriteFlags,
 };
 
-use super::{DiskState, BLOCK, IMAGE_INO, IMAGE_NAME};
+use super::state::{DiskState, BLOCK, IMAGE_INO, IMAGE_NAME};
 
 /// The FUSE filesystem: a root directory holding `disk.img`.
 #[derive(Debug)]

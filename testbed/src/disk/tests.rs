@@ -1,4 +1,8 @@
-use super::*;
+use std::time::{Duration, Instant};
+
+use super::state::*;
+use crate::model::Model;
+use fuser::Errno;
 
 fn state(month_seconds: Option<f64>) -> (tempfile::NamedTempFile, DiskState) {
     let f = tempfile::NamedTempFile::new().unwrap();

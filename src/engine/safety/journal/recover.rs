@@ -7,9 +7,10 @@ use std::path::PathBuf;
 
 use rustix::fs::{Mode, OFlags};
 
+use super::owners;
+use super::record::{decide, observe, read_records, Entry, Journal, Verdict};
 #[cfg(test)]
 use super::test_switch;
-use super::{decide, observe, owners, read_records, Entry, Journal, Verdict};
 
 /// What recovery did with one record.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,16 @@
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::AtFlags;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::record::*;
 use super::*;
+use crate::clock::Timestamp;
+use crate::io::fsid::FsId;
 use std::os::fd::AsFd;
 
 const FS: FsId = FsId::Uuid {

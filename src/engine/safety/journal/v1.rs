@@ -4,9 +4,6 @@
 
 use serde::Deserialize;
 
-use crate::clock::Timestamp;
-use crate::io::fsid::FsId;
-
 #[derive(Debug, Deserialize)]
 pub struct Observed {
     pub dev: u64,
@@ -25,28 +22,4 @@ pub struct Entry {
     pub left_mtime_ns: i64,
     pub left_ctime_ns: i64,
     pub lease_broken: bool,
-}
-
-impl From<Entry> for super::Entry {
-    fn from(e: Entry) -> super::Entry {
-        let t = e.taken;
-        super::Entry {
-            version: 1,
-            path: e.path,
-            taken: super::Observed {
-                fs: FsId::Dev(t.dev),
-                dev: t.dev,
-                ino: t.ino,
-                btime: t.btime_ns.map(Timestamp::from_nanos),
-                generation: t.generation,
-                atime: Timestamp::from_nanos(t.atime_ns),
-                mtime: Timestamp::from_nanos(t.mtime_ns),
-                ctime: Timestamp::from_nanos(t.ctime_ns),
-            },
-            left_mtime: Timestamp::from_nanos(e.left_mtime_ns),
-            left_ctime: Timestamp::from_nanos(e.left_ctime_ns),
-            lease_broken: e.lease_broken,
-            changed_by_another: false,
-        }
-    }
 }

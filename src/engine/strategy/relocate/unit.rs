@@ -9,11 +9,13 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{Advice, FallocateFlags};
 
 use super::pieces::read_pieces;
-use super::PIECE;
 use crate::engine::report::{Outcome, ReadError};
 use crate::engine::safety::plan::Chunk;
 use crate::io::fileio::FileIo;
 use crate::io::syscalls::{self, read_exact_at, write_all_at};
+
+/// The buffer for narrowing and re-reading, one piece at a time.
+pub(super) const PIECE: usize = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Method {
