@@ -125,13 +125,8 @@ fn check_config_reports_everything_in_one_pass() {
         ),
     )
     .unwrap();
-    let out = refreshd()
-        .args(["check-config", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, _, err) = check_config(&cfg);
+    assert_eq!(code, 1, "{err}");
     let problems: Vec<&str> = err.lines().filter(|l| !l.starts_with("note:")).collect();
     assert_eq!(problems.len(), 4, "{err}");
     assert!(problems[0].contains(":1:1: unknown key `bogus`"), "{err}");

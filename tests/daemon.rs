@@ -139,21 +139,17 @@ fn privileged_refreshctl_now_wait_pause_and_resume() {
     if !privileged("privileged_refreshctl_now_wait_pause_and_resume") {
         return;
     }
-    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let d = drive(tmp.path(), "none");
-    let tree = d.path("index");
-    let files = stale_files(&tree, 4, 32, 11);
-    d.sync().unwrap();
-    let before: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
-    let port = free_port();
     // A healthy drive (nothing happens by itself), a slow throttle.
-    let cfg = config(
-        tmp.path(),
-        &tree,
-        port,
+    let sc = scene(
+        "none",
+        4,
+        32,
+        11,
         "rate = \"16MiB/s\"\nsample_interval = \"1h\"\n",
     );
-    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    // Dropped before the scene (the drive, then its directory).
+    let daemon = sc.daemon;
+    let (files, before) = (sc.files.clone(), sc.before.clone());
 
     let (code, out, err) = daemon.ctl(&["now", "--force"]);
     assert_eq!(code, 0, "{out}{err}");

@@ -136,13 +136,8 @@ fn privileged_trees_that_cannot_be_watched_are_reported_not_fatal() {
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
     let port = free_port();
     let cfg = config_trees(tmp.path(), &[&good, &missing, &link, shm.path()], port, "");
-    let out = refreshd()
-        .args(["check-config", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, _, err) = check_config(&cfg);
+    assert_eq!(code, 1, "{err}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 3, "{err}");
     let at = format!("{}:", cfg.display());

@@ -203,14 +203,8 @@ fn closed_endpoint() -> String {
     format!("http://127.0.0.1:{}", free_port())
 }
 
-fn check_config(cfg: &Path) -> (i32, String) {
-    let out = refreshd()
-        .args(["check-config", "--config"])
-        .arg(cfg)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
+/// `check-config`: (exit code, everything it printed).
+fn check_config_said(cfg: &Path) -> (i32, String) {
+    let (code, out, err) = check_config(cfg);
+    (code, out + &err)
 }

@@ -75,20 +75,16 @@ fn privileged_every_command_tells_the_same_story() {
     if !privileged("privileged_every_command_tells_the_same_story") {
         return;
     }
-    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let d = drive(tmp.path(), "none");
-    let tree = d.path("index");
-    let files = stale_files(&tree, 4, 32, 21);
-    d.sync().unwrap();
-    let before: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
-    let port = free_port();
-    let cfg = config(
-        tmp.path(),
-        &tree,
-        port,
+    let sc = scene(
+        "none",
+        4,
+        32,
+        21,
         "rate = \"16MiB/s\"\nsample_interval = \"1h\"\n",
     );
-    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    // Dropped before the scene (the drive, then its directory).
+    let daemon = sc.daemon;
+    let (files, before, tree) = (sc.files.clone(), sc.before.clone(), sc.tree.clone());
     daemon.wait_for("the first scan", 30, |dm| dm.status()["last_scan"].is_i64());
 
     // Scanned: four stale files, 128 MiB, by every account.

@@ -20,18 +20,15 @@ fn privileged_control_requests_are_authorised_by_peer_credentials() {
     .unwrap();
     let port = free_port();
     let as_nobody = |d: &Daemon, args: &[&str]| {
-        let out = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(crate::helpers::refreshctl())
-            .arg("--socket")
-            .arg(d.socket())
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+        captured(
+            Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(crate::helpers::refreshctl())
+                .arg("--socket")
+                .arg(d.socket())
+                .args(args)
+                .output()
+                .unwrap(),
         )
     };
 
@@ -157,13 +154,8 @@ fn privileged_daemon_survives_hostile_requests_and_broken_reloads() {
         good.replace("sample_bytes = \"32MiB\"", "sample_bytes = \"lots\""),
     )
     .unwrap();
-    let out = refreshd()
-        .args(["check-config", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, _, err) = check_config(&cfg);
+    assert_eq!(code, 1, "{err}");
     let line = good
         .lines()
         .position(|l| l.starts_with("sample_bytes"))

@@ -27,7 +27,7 @@ fn privileged_fleet_over_tls_with_client_certificates() {
         s
     };
     let m = member("a", &etcd.endpoint(), 1, 1, 16, &tls("ca.pem", true));
-    let (code, out) = check_config(&m.cfg);
+    let (code, out) = check_config_said(&m.cfg);
     assert_eq!(code, 0, "{out}");
     for (ca, client, why, says) in [
         ("other-ca.pem", true, "another CA", "UnknownIssuer"),
@@ -40,7 +40,7 @@ fn privileged_fleet_over_tls_with_client_certificates() {
     ] {
         let section = coordination(&etcd.endpoint(), "shard-7", "a", 1, &tls(ca, client));
         let cfg = fleet_config(m.tmp.path(), &m.fs_tree(), m.port, SLOW, &section);
-        let (code, out) = check_config(&cfg);
+        let (code, out) = check_config_said(&cfg);
         assert_eq!(code, 1, "{why}: {out}");
         assert!(
             out.contains(&format!("etcd ({})", etcd.endpoint())),
@@ -129,7 +129,7 @@ fn privileged_fleet_groups_agree_and_trees_name_their_group() {
         );
     let section = coordination(&etcd.endpoint(), "shard-7", "c", 1, "");
     std::fs::write(&cfg, format!("max_active_drives = 2\n{text}{section}")).unwrap();
-    let (code, out) = check_config(&cfg);
+    let (code, out) = check_config_said(&cfg);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("names group shard-9: a drive refreshes under one group"),
@@ -182,19 +182,19 @@ fn privileged_fleet_bad_input_is_refused_or_shown_never_a_refresh_without_a_slot
         "user = \"refreshd\"\npassword_file = \"{}\"\n",
         pw.display()
     );
-    let (code, out) = check_config(&with(&etcd.endpoint(), &auth));
+    let (code, out) = check_config_said(&with(&etcd.endpoint(), &auth));
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("refreshd.toml:") && out.contains("authentication failed"),
         "{out}"
     );
     std::fs::write(&pw, "right\n").unwrap();
-    let (code, out) = check_config(&with(&etcd.endpoint(), &auth));
+    let (code, out) = check_config_said(&with(&etcd.endpoint(), &auth));
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("fleet: group shard-7"), "{out}");
     // Unreachable etcd: check-config says so.
     let nowhere = closed_endpoint();
-    let (code, out) = check_config(&with(&nowhere, ""));
+    let (code, out) = check_config_said(&with(&nowhere, ""));
     assert_eq!(code, 1, "{out}");
     assert!(out.contains(&format!("etcd ({nowhere})")), "{out}");
     // An empty group and no slots: refused with positions.
@@ -204,7 +204,7 @@ fn privileged_fleet_bad_input_is_refused_or_shown_never_a_refresh_without_a_slot
         .replace("group = \"shard-7\"", "group = \"\"")
         .replace("max_concurrent = 1", "max_concurrent = 0");
     std::fs::write(&bad, text).unwrap();
-    let (code, out) = check_config(&bad);
+    let (code, out) = check_config_said(&bad);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("`group`") && out.contains("`max_concurrent` must be at least 1"),

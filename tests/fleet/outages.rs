@@ -239,7 +239,7 @@ fn privileged_fleet_one_endpoint_down_of_two() {
     let etcd = Etcd::start();
     let endpoints = format!("{}\", \"{}", closed_endpoint(), etcd.endpoint());
     let m = member("a", &endpoints, 1, 1, 16, "");
-    let (code, out) = check_config(&m.cfg);
+    let (code, out) = check_config_said(&m.cfg);
     assert_eq!(code, 0, "{out}");
     let d = m.start();
     force(&d);

@@ -2,7 +2,7 @@
 //! its JSON report by path, and a seccomp filter in front of it.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The `refreshd` binary built for this test run.
 /// Its recovery journal goes to cargo's temp dir for tests, never into
@@ -96,4 +96,25 @@ pub fn status_of<'a>(files: &'a [serde_json::Value], path: &Path) -> &'a serde_j
         .iter()
         .find(|v| v["path"].as_str() == Some(path.to_str().unwrap()))
         .unwrap_or_else(|| panic!("no report for {}: {files:#?}", path.display()))
+}
+
+/// A finished command's exit code (-1: killed by a signal), stdout and
+/// stderr.
+pub fn captured(out: Output) -> (i32, String, String) {
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `refreshd check-config --config CFG`: (exit code, stdout, stderr).
+pub fn check_config(cfg: &Path) -> (i32, String, String) {
+    captured(
+        refreshd()
+            .args(["check-config", "--config"])
+            .arg(cfg)
+            .output()
+            .unwrap(),
+    )
 }
