@@ -9,8 +9,12 @@
 //! drive that ages slowly fits a small one). No constant here was tuned
 //! to a device: `c` and `k` come from the drive's own samples.
 //!
-//! **The points.** Each sampling round measures its age buckets against
-//! the fresh reference; a bucket that reads measurably slower than fresh
+//! **The points.** Each sampling round measures its age buckets and a
+//! fresh canary. Fresh is a property of the drive, and one canary's noise
+//! would move every point of its round together: the reference is the
+//! median canary of the kept rounds (in a simulation of the testbed's
+//! model at 3 % noise per read, `tools/forecast-sim.py`, it cut the
+//! spread of 6–12-day forecasts from ±36 % to ±22 %). A bucket that reads measurably slower than that
 //! (excess ≥ [`MIN_EXCESS`]: below that, a round's noise is as large) is
 //! a point (its bytes' mean age, its excess). One round with data of two
 //! ages is enough; a drive whose data is all one age gets its second
@@ -52,10 +56,18 @@ pub struct AgePoint {
     pub excess: f64,
 }
 
-/// The points of a drive's last rounds.
+/// What one round read: its canary, and each bucket's mean age (months)
+/// and median throughput.
+#[derive(Debug, Clone)]
+struct Round {
+    fresh_bps: f64,
+    buckets: Vec<(f64, f64)>,
+}
+
+/// A drive's last rounds.
 #[derive(Debug, Default, Clone)]
 pub struct History {
-    rounds: VecDeque<Vec<AgePoint>>,
+    rounds: VecDeque<Round>,
 }
 
 /// `excess = exp(ln_c) · months^k`.
@@ -74,31 +86,48 @@ impl Fit {
     }
 }
 
-/// The points a round gives, measured against `fresh_bps`.
-pub fn points_of(sample: &DriveSample, fresh_bps: f64) -> Vec<AgePoint> {
-    sample
-        .buckets
-        .iter()
-        .filter_map(|b| {
-            let months = b.mean_months?;
-            let bps = b.measured.median_bps()?;
-            let excess = fresh_bps / bps - 1.0;
-            (months > 0.0 && bps > 0.0 && excess >= MIN_EXCESS)
-                .then_some(AgePoint { months, excess })
-        })
-        .collect()
+/// A point, if data of `months` reading at `bps` is measurably slower
+/// than `fresh_bps`.
+fn point(months: f64, bps: f64, fresh_bps: f64) -> Option<AgePoint> {
+    let excess = fresh_bps / bps - 1.0;
+    (months > 0.0 && bps > 0.0 && excess >= MIN_EXCESS).then_some(AgePoint { months, excess })
 }
 
 impl History {
-    pub fn add(&mut self, points: Vec<AgePoint>) {
-        self.rounds.push_back(points);
+    /// Keeps a round: its buckets' ages and throughputs, its canary.
+    pub fn add(&mut self, sample: &DriveSample, fresh_bps: f64) {
+        let buckets = sample
+            .buckets
+            .iter()
+            .filter_map(|b| Some((b.mean_months?, b.measured.median_bps()?)))
+            .collect();
+        self.add_readings(fresh_bps, buckets);
+    }
+
+    /// Keeps a round given as (months, bytes/s) per bucket.
+    pub fn add_readings(&mut self, fresh_bps: f64, buckets: Vec<(f64, f64)>) {
+        self.rounds.push_back(Round { fresh_bps, buckets });
         while self.rounds.len() > ROUNDS_KEPT {
             self.rounds.pop_front();
         }
     }
 
-    pub fn points(&self) -> impl Iterator<Item = AgePoint> + '_ {
-        self.rounds.iter().flatten().copied()
+    /// The fresh reference: the median canary of the kept rounds.
+    pub fn fresh_bps(&self) -> Option<f64> {
+        let mut v: Vec<f64> = self.rounds.iter().map(|r| r.fresh_bps).collect();
+        median(&mut v)
+    }
+
+    /// Every kept round's points, against [`History::fresh_bps`].
+    pub fn points(&self) -> Vec<AgePoint> {
+        let Some(fresh) = self.fresh_bps() else {
+            return vec![];
+        };
+        self.rounds
+            .iter()
+            .flat_map(|r| r.buckets.iter())
+            .filter_map(|&(months, bps)| point(months, bps, fresh))
+            .collect()
     }
 }
 
@@ -205,15 +234,16 @@ pub fn seconds_until_degraded(
 }
 
 /// The forecast for a drive after a round: its history (with this
-/// round's points added by the caller) and this round's mix of ages.
+/// round added by the caller) and this round's mix of ages, against the
+/// history's fresh reference.
 pub fn forecast(
     history: &History,
     sample: &DriveSample,
-    fresh_bps: f64,
     stale_after: Duration,
     th: Thresholds,
 ) -> Option<Forecast> {
-    let points: Vec<AgePoint> = history.points().collect();
+    let fresh_bps = history.fresh_bps()?;
+    let points = history.points();
     let fit = fit(&points)?;
     let mix: Vec<(f64, u64)> = sample
         .buckets

@@ -149,8 +149,8 @@ fn one_round_forecast(
 ) -> Option<policy::forecast::Forecast> {
     let fresh = j.fresh_bps.filter(|_| j.slow.is_none())?;
     let mut history = policy::forecast::History::default();
-    history.add(policy::forecast::points_of(sample, fresh));
-    policy::forecast::forecast(&history, sample, fresh, opts.stale_after, opts.thresholds)
+    history.add(sample, fresh);
+    policy::forecast::forecast(&history, sample, opts.stale_after, opts.thresholds)
 }
 
 /// Ages the files as the daemon does: their last refresh from its record

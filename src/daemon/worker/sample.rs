@@ -103,12 +103,12 @@ fn look_ahead(
     s: &Settings,
 ) -> Option<forecast::Forecast> {
     let fresh = j.fresh_bps.filter(|_| j.slow.is_none())?;
-    ages.add(forecast::points_of(sample, fresh));
+    ages.add(sample, fresh);
     let th = Thresholds {
         min_throughput: s.min_throughput,
         min_ratio: s.min_ratio,
     };
-    forecast::forecast(ages, sample, fresh, s.stale_after, th)
+    forecast::forecast(ages, sample, s.stale_after, th)
 }
 
 /// The files the round draws from, bucket by bucket.

@@ -97,12 +97,48 @@ fn the_throughput_floor_counts_too() {
     assert!((s / want - 1.0).abs() < 0.001, "{s} vs {want}");
 }
 
+/// A round of data of `months` reading as `law` says, its canary
+/// reading `fresh`.
+fn round_at(h: &mut History, months: f64, fresh: f64) {
+    h.add_readings(fresh, vec![(months, FRESH / (1.0 + law(months)))]);
+}
+
 #[test]
 fn history_keeps_the_last_rounds() {
     let mut h = History::default();
     for i in 0..(ROUNDS_KEPT + 3) {
-        h.add(pts(&[1.0 + i as f64 * 0.01]));
+        round_at(&mut h, 1.0 + i as f64 * 0.01, FRESH);
     }
-    assert_eq!(h.points().count(), ROUNDS_KEPT);
-    assert!((h.points().next().unwrap().months - 1.03).abs() < 1e-9);
+    let p = h.points();
+    assert_eq!(p.len(), ROUNDS_KEPT);
+    assert!((p[0].months - 1.03).abs() < 1e-9);
+}
+
+#[test]
+fn the_fresh_reference_is_the_median_canary_of_the_rounds() {
+    let mut h = History::default();
+    assert_eq!(h.fresh_bps(), None);
+    assert!(h.points().is_empty(), "no reference, no points");
+    // Canaries at ±10 % around the drive's speed, one at a quarter of it
+    // (a round read beside a busy application).
+    for (i, f) in [1.1, 0.9, 1.0, 0.25, 1.05].iter().enumerate() {
+        round_at(&mut h, 1.0 + i as f64 * 0.1, FRESH * f);
+    }
+    assert_eq!(h.fresh_bps(), Some(FRESH));
+    // Every point is measured against it: the fit finds the law exactly,
+    // the slow round's canary moves nothing.
+    let f = fit(&h.points()).unwrap();
+    assert!((f.k - 5.0).abs() < 1e-9, "{f:?}");
+    // Against each round's own canary, the slow round's point is lost (and
+    // the youngest, under a low canary), the others are off by ±10 %.
+    let own: Vec<AgePoint> = [1.1, 0.9, 1.0, 0.25, 1.05]
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| {
+            let m = 1.0 + i as f64 * 0.1;
+            point(m, FRESH / (1.0 + law(m)), FRESH * f)
+        })
+        .collect();
+    assert_eq!(own.len(), 3);
+    assert!((fit(&own).unwrap().k - 5.0).abs() > 0.1);
 }
