@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod scene;
+pub use scene::scene;
+
 use crate::helpers::*;
 use refreshd::inventory::now_secs;
 use refreshd::sampler::MONTH;
@@ -250,40 +253,6 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
         .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
-}
-
-/// A daemon over stale files on a testbed drive, with what the files
-/// were. Fields drop in order: the daemon, then the drive, then the
-/// directory.
-pub struct Scene {
-    pub daemon: Daemon,
-    pub files: Vec<PathBuf>,
-    pub before: Vec<Fingerprint>,
-    pub tree: PathBuf,
-    pub drive: Drive,
-    pub tmp: tempfile::TempDir,
-}
-
-/// `n` stale files of `mib` MiB (seeded `seed`) under `index` on a drive
-/// with `model`, and a daemon watching them with `extra` settings.
-pub fn scene(model: &str, n: usize, mib: usize, seed: u64, extra: &str) -> Scene {
-    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let drive = drive(tmp.path(), model);
-    let tree = drive.path("index");
-    let files = stale_files(&tree, n, mib, seed);
-    drive.sync().unwrap();
-    let before = files.iter().map(|p| fingerprint(p)).collect();
-    let port = free_port();
-    let cfg = config(tmp.path(), &tree, port, extra);
-    let daemon = Daemon::start(tmp.path(), &cfg, port);
-    Scene {
-        daemon,
-        files,
-        before,
-        tree,
-        drive,
-        tmp,
-    }
 }
 
 /// A 1 GiB testbed drive with decay model `model`.

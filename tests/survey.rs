@@ -82,7 +82,7 @@ fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
     let one = files(&d, "one", 4, 8, 1.2, 300);
     d.sync().unwrap();
     d.age(1.2);
-    files(&d, "new", 4, 8, 0.0, 400);
+    let new = files(&d, "new", 4, 8, 0.0, 400);
     d.sync().unwrap();
     let before: Vec<Fingerprint> = six.iter().chain(&two).map(|p| fingerprint(p)).collect();
 
@@ -143,14 +143,32 @@ fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
         lat[0] < lat[2] && lat[2] < lat[3],
         "latency should rise with age: {lat:?}"
     );
-    // And by about as much: fresh/aged speed within 35 % of the model's
-    // bulk factor.
-    for (i, (_, age)) in ages.iter().enumerate().skip(2) {
+    // And by as much as a plain reader sees, side by side in the same run:
+    // fresh/aged speed within 35 % of 1 MiB O_DIRECT reads, 8 at once, of
+    // the same files. (Against the model's bulk factor it held on a quiet
+    // machine; under `stress-ng --cpu 2` the emulator itself drifts from
+    // its model, 9.9x for 5.3x at 2.5 months, and the survey must still
+    // agree with what a reader measures now.)
+    let plain = |paths: &[PathBuf]| -> f64 {
+        let mut v: Vec<f64> = paths
+            .iter()
+            .map(|p| testbed::measure::bulk_read_parallel(p, 8).unwrap())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        (v[1] + v[2]) / 2.0
+    };
+    let fresh_plain = plain(&new);
+    for (i, group) in [(2, &two), (3, &six)] {
+        let (_, age) = ages[i];
         let measured = speeds[0] / speeds[i];
-        let predicted = model.bulk_factor(*age);
+        let read = fresh_plain / plain(group);
+        eprintln!(
+            "age {age}: fresh/aged {measured:.2} by survey, {read:.2} by a reader, model {:.2}",
+            model.bulk_factor(age)
+        );
         assert!(
-            (measured / predicted - 1.0).abs() < 0.35,
-            "age {age}: fresh/aged {measured:.2}, model {predicted:.2}"
+            (measured / read - 1.0).abs() < 0.35,
+            "age {age}: fresh/aged {measured:.2} by survey, {read:.2} by a reader"
         );
     }
 
@@ -202,7 +220,19 @@ fn privileged_fresh_drive_is_healthy_round_after_round_within_budget() {
         drop_caches();
         let s0 = disk_stats(&dev).unwrap();
         let seed = round.to_string();
-        let r = survey(&["--sample-bytes", "32MiB", "--seed", &seed], &d.mnt);
+        // The ratio floor judges; the absolute one would call a testbed
+        // starved of CPU (fresh and old alike at 80 MB/s) "slow".
+        let r = survey(
+            &[
+                "--sample-bytes",
+                "32MiB",
+                "--seed",
+                &seed,
+                "--min-throughput",
+                "1MiB/s",
+            ],
+            &d.mnt,
+        );
         let s1 = disk_stats(&dev).unwrap();
         assert_eq!(r["verdict"], "healthy", "round {round}: {r:#}");
         let ratio = r["judgement"]["ratio"].as_f64().unwrap();

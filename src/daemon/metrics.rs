@@ -193,6 +193,10 @@ impl Metrics {
         self.lease_exposed.get_or_create(&dev).inc_by(0);
         self.yield_seconds.get_or_create(&dev).inc_by(0.0);
         self.yielding.get_or_create(&dev).set(0);
+        // Timestamps: 0 until the first.
+        self.last_sample.get_or_create(&dev).set(0);
+        self.last_refresh.get_or_create(&dev).set(0);
+        self.set_latency(device, None, None);
         // Failures by their stable reason, so `increase()` sees the first.
         let failed = crate::engine::report::FailKind::ALL.map(|k| ("failed", k.as_str()));
         let interrupted =
@@ -310,25 +314,35 @@ impl Metrics {
                 .and_then(|f| f.median_bps())
                 .unwrap_or(f64::NAN),
         );
-        for (data, m) in [("stale", Some(&s.stale)), ("fresh", s.fresh.as_ref())] {
-            if let Some(p) = m.and_then(|m| m.latency_ms) {
-                for (q, v) in [
-                    ("0.25", p.p25),
-                    ("0.5", p.p50),
-                    ("0.75", p.p75),
-                    ("0.95", p.p95),
-                ] {
-                    self.latency
-                        .get_or_create(&DevQuantile {
-                            device: device.into(),
-                            data: data.into(),
-                            quantile: q.into(),
-                        })
-                        .set(v / 1e3);
-                }
+        self.set_latency(
+            device,
+            s.stale.latency_ms,
+            s.fresh.as_ref().and_then(|f| f.latency_ms),
+        );
+        self.last_sample.get_or_create(&dev).set(at);
+    }
+
+    /// The small-read latency quantiles of stale and fresh data; NaN
+    /// (no value, never a stale one) where there is none.
+    fn set_latency(
+        &self,
+        device: &str,
+        stale: Option<crate::sampler::Percentiles>,
+        fresh: Option<crate::sampler::Percentiles>,
+    ) {
+        for (data, p) in [("stale", stale), ("fresh", fresh)] {
+            let nan = f64::NAN;
+            let q = p.map_or([nan; 4], |p| [p.p25, p.p50, p.p75, p.p95]);
+            for (quantile, ms) in ["0.25", "0.5", "0.75", "0.95"].into_iter().zip(q) {
+                self.latency
+                    .get_or_create(&DevQuantile {
+                        device: device.into(),
+                        data: data.into(),
+                        quantile: quantile.into(),
+                    })
+                    .set(ms / 1e3);
             }
         }
-        self.last_sample.get_or_create(&dev).set(at);
     }
 }
 

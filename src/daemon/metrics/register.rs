@@ -110,13 +110,13 @@ impl Metrics {
         );
         r.register_with_unit(
             "last_refresh_timestamp",
-            "When the last refresh of the drive finished (Unix time)",
+            "When the last refresh of the drive finished (Unix time; 0: never)",
             Unit::Seconds,
             self.last_refresh.clone(),
         );
         r.register_with_unit(
             "last_sample_timestamp",
-            "When the drive was last sampled (Unix time)",
+            "When the drive was last sampled (Unix time; 0: not yet)",
             Unit::Seconds,
             self.last_sample.clone(),
         );

@@ -49,3 +49,49 @@ fn every_failure_has_a_stable_reason_label_from_the_first_scrape() {
         "refreshd_refresh_files_total{device=\"sdx\",outcome=\"failed\",reason=\"no_space\"} 1"
     ));
 }
+
+/// A drive's first scrape has every series a sample and a refresh will
+/// have: they add values, never series (an alert or dashboard query
+/// must not depend on whether the first sample came before the scrape).
+#[test]
+fn a_sample_and_a_refresh_add_values_never_series() {
+    use crate::sampler::{DriveSample, Measurement, Percentiles};
+    let series = |text: &str| -> std::collections::BTreeSet<String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && l.contains("device=\"sdx\""))
+            .filter_map(|l| l.rsplit_once(' ').map(|(k, _)| k.to_string()))
+            .collect()
+    };
+    let m = Metrics::new();
+    m.init_drive("sdx");
+    let first = series(&m.encode());
+    let measured = Measurement {
+        throughput: Percentiles::of(&[100e6, 120e6]),
+        aggregate_bps: Some(110e6),
+        latency_ms: Percentiles::of(&[0.2, 0.3, 0.4]),
+        bytes_read: 1 << 20,
+        errors: 0,
+    };
+    let sample = DriveSample {
+        fresh: Some(measured.clone()),
+        fresh_missing: None,
+        buckets: vec![],
+        stale: measured,
+        stale_files: 1,
+        stale_bytes: 1 << 20,
+        bytes_read: 2 << 20,
+        canary_bytes: 1 << 20,
+        seconds: 0.1,
+    };
+    m.sampled("sdx", &sample, 1_800_000_000);
+    m.record_report("sdx", &FileReport::new("/srv/a".into(), Outcome::Refreshed));
+    let later = series(&m.encode());
+    let new: Vec<&String> = later.difference(&first).collect();
+    assert!(
+        new.is_empty(),
+        "series that only a sample or refresh made: {new:?}"
+    );
+    assert!(first
+        .iter()
+        .any(|s| s.starts_with("refreshd_sample_read_latency_seconds")));
+}
