@@ -7,13 +7,14 @@
 //! forecast made 6 to 12 days before the drive is declared degraded is
 //! within ±50 % of when it was.
 //!
-//! The goal is ±25 %, and it is not met. With the fresh reference taken
-//! as the median canary of the kept rounds, three runs (24 forecasts)
-//! were −11 % to −32 % of the time it took (before, with each round's own
-//! canary: −21 % to +45 %, and once +168 %): little spread, and early.
+//! The goal is ±25 %, and it is not met. Rounds read the daemon's default
+//! budget (256 MiB) and the fresh reference is the median canary of the
+//! kept rounds; three runs (24 forecasts) were −8..−21 %, −28..−36 % and
+//! −13..−21 % of the time it took (before, 96 MiB rounds against each
+//! round's own canary: −21..+45 %, once +168 %): little spread, and early.
 //! The early bias is the model's: a power of age fitted on the rise
-//! extrapolates past the testbed's curve as it starts to level off (a
-//! simulation of the model puts it at −15 to −19 % for forecasts 6–12
+//! extrapolates past the testbed's curve as it starts to level off
+//! (`tools/forecast-sim.py` puts it at −13 to −20 % for forecasts 6–12
 //! days ahead); a warning that comes a few days too soon.
 
 use std::path::{Path, PathBuf};
@@ -45,7 +46,9 @@ fn round(root: &Path, seed: u64) -> sampler::DriveSample {
     let files = store.files(root).unwrap();
     let s = Settings::default();
     let opts = SampleOptions {
-        budget: ByteSize(96 << 20),
+        // The daemon's default budget (256 MiB): a round's noise is most
+        // of a forecast's error, and more regions read make less of it.
+        budget: s.sample_bytes,
         stale_after: s.stale_after,
         canary_dir: Some(root.to_path_buf()),
         canary_reserve: ByteSize(32 << 20),
@@ -84,8 +87,10 @@ fn privileged_the_forecast_says_when_the_drive_degrades() {
     shift_mtimes(&files, 0.7);
 
     let s = Settings::default();
+    // The ratio floor is what the decay crosses; the absolute one would
+    // call a testbed starved of CPU (everything at ~80 MB/s) "slow".
     let th = Thresholds {
-        min_throughput: s.min_throughput,
+        min_throughput: refreshd::units::Rate(1 << 20),
         min_ratio: s.min_ratio,
     };
     let mut health = policy::Health::default();
@@ -191,24 +196,40 @@ fn privileged_the_daemon_shows_its_forecast() {
     // the mean request size and the ages of its blocks tell a canary read
     // in pieces or a clock gone wrong from a slow round.
     let t = std::time::Instant::now();
-    while !daemon.status()["last_sample"]["forecast"].is_object() {
+    // A forecast with a date within four months (the data crosses in
+    // weeks): the first fits, from a few rounds, may still be far off.
+    let dated = |st: &serde_json::Value| {
+        st["last_sample"]["forecast"]["seconds_until_degraded"]
+            .as_f64()
+            .is_some_and(|s| s > 0.0 && s < 120.0 * 86_400.0)
+    };
+    while !dated(&daemon.status()) {
         assert!(
             t.elapsed() < std::time::Duration::from_secs(60),
-            "no forecast in 60 s\nstatus: {:#}\ndrive: {:?}\nlog:\n{}",
+            "no forecast within 120 days in 60 s\nstatus: {:#}\ndrive: {:?}\nlog:\n{}",
             daemon.status(),
             d.stats(),
             daemon.log()
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    let s = daemon.status();
-    let f = &s["last_sample"]["forecast"];
-    let secs = f["seconds_until_degraded"].as_f64().unwrap_or(-1.0);
+    // Status (JSON and table) and the metric, read between two statuses
+    // with the same forecast: a round may land between two reads.
+    let (s, text, m) = loop {
+        let before = daemon.status();
+        let (_, text, _) = daemon.ctl(&["status"]);
+        let m = daemon.metrics();
+        let after = daemon.status();
+        if before["last_sample"] == after["last_sample"] && dated(&after) {
+            break (after, text, m);
+        }
+    };
+    let secs = s["last_sample"]["forecast"]["seconds_until_degraded"]
+        .as_f64()
+        .unwrap();
     assert!(secs > 0.0 && secs < 120.0 * 86_400.0, "{s:#}");
-    let (_, text, _) = daemon.ctl(&["status"]);
     assert!(text.contains("forecast: degraded in ~"), "{text}");
     let dev = s["device"].as_str().unwrap();
-    let m = daemon.metrics();
     let exported = metric(
         &m,
         &format!("refreshd_drive_seconds_until_degraded{{device=\"{dev}\"}}"),

@@ -129,7 +129,9 @@ fn privileged_relocation_never_replaces_unreadable_data() {
             .expect("extent covering the bad offset");
         let dev_off = ext.physical + (bad_file_off - ext.logical);
         d.fault(dev_off, 4096);
-        drop_caches();
+        // None of it cached: a read must reach the drive (a cached page
+        // would be read and moved, and the fault never met).
+        uncache(&f, 8 << 20);
         // Keep it open so that auto relocates.
         let (code, reports, _) = refresh_json(&["--relocate-chunk", "1MiB"], &[&p]);
         drop(f);
@@ -171,4 +173,20 @@ fn privileged_relocation_never_replaces_unreadable_data() {
             );
         }
     }
+}
+
+/// Drops `f`'s pages from the page cache until none is resident (a
+/// machine under load may keep some through one drop).
+fn uncache(f: &File, len: u64) {
+    let fd = std::os::fd::AsFd::as_fd(f);
+    for _ in 0..50 {
+        let _ = rustix::fs::fadvise(fd, 0, None, rustix::fs::Advice::DontNeed);
+        drop_caches();
+        let cached = syscalls::resident_pages(fd, 0, len).unwrap();
+        if !cached.contains(&true) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("the file's pages stay in the page cache");
 }

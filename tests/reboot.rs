@@ -34,10 +34,29 @@ impl Attached {
     }
 }
 
+impl Attached {
+    /// Unmounts, keeping the loop device attached until the holder drops.
+    fn into_holder(mut self) -> Holder {
+        testbed::drive::unmount(&self.mnt);
+        Holder(std::mem::take(&mut self.dev))
+    }
+}
+
 impl Drop for Attached {
     fn drop(&mut self) {
         testbed::drive::unmount(&self.mnt);
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+        if !self.dev.is_empty() {
+            let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+        }
+    }
+}
+
+/// A loop device kept attached (its number taken), detached on drop.
+struct Holder(String);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
     }
 }
 
@@ -150,7 +169,16 @@ fn remount_keeps_history(kind: &str) {
     let other_mnt = tmp.path().join("other");
     std::fs::create_dir(&other_mnt).unwrap();
     let _placeholder = Attached::new(&placeholder_img, &other_mnt);
-    let _fs = Attached::new(&img, &mnt);
+    // Other tests free and take loop devices meanwhile: the old number may
+    // come back; then it is held, and the next one is taken.
+    let mut held = vec![];
+    let _fs = loop {
+        let a = Attached::new(&img, &mnt);
+        if st_dev(&mnt) != before_dev || held.len() == 3 {
+            break a;
+        }
+        held.push(a.into_holder());
+    };
     assert_ne!(
         st_dev(&mnt),
         before_dev,
