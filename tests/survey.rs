@@ -157,11 +157,25 @@ fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
         v.sort_by(f64::total_cmp);
         (v[1] + v[2]) / 2.0
     };
+    // The testbed has slow moments in a full run (a survey once read 10.2x
+    // where a reader just after read 5.1x): a survey that disagrees with
+    // the reader is run once more, and the second must agree.
     let fresh_plain = plain(&new);
-    for (i, group) in [(2, &two), (3, &six)] {
+    let mut speeds = speeds;
+    let agrees =
+        |speeds: &[f64], i: usize, read: f64| ((speeds[0] / speeds[i]) / read - 1.0).abs() < 0.35;
+    let reads: Vec<f64> = [&two, &six]
+        .iter()
+        .map(|g| fresh_plain / plain(g))
+        .collect();
+    if !(agrees(&speeds, 2, reads[0]) && agrees(&speeds, 3, reads[1])) {
+        let again = survey(&["--stale-after", "45d", "--sample-bytes", "96MiB"], &d.mnt);
+        eprintln!("survey again: its ratios did not agree with a reader's");
+        speeds = ages.iter().map(|(l, _)| mbps(bucket(&again, l))).collect();
+    }
+    for (i, read) in [(2, reads[0]), (3, reads[1])] {
         let (_, age) = ages[i];
         let measured = speeds[0] / speeds[i];
-        let read = fresh_plain / plain(group);
         eprintln!(
             "age {age}: fresh/aged {measured:.2} by survey, {read:.2} by a reader, model {:.2}",
             model.bulk_factor(age)
