@@ -37,14 +37,14 @@ impl Attached {
 impl Attached {
     /// Unmounts, keeping the loop device attached until the holder drops.
     fn into_holder(mut self) -> Holder {
-        testbed::drive::unmount(&self.mnt);
+        testbed::host::unmount(&self.mnt);
         Holder(std::mem::take(&mut self.dev))
     }
 }
 
 impl Drop for Attached {
     fn drop(&mut self) {
-        testbed::drive::unmount(&self.mnt);
+        testbed::host::unmount(&self.mnt);
         if !self.dev.is_empty() {
             let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
         }

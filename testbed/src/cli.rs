@@ -167,6 +167,7 @@ pub fn down(dir: &Path) -> Result<()> {
     for f in [state_path(dir), control::socket_path(dir)] {
         let _ = fs::remove_file(f);
     }
+    // Drives of older versions kept their flash in this file.
     let _ = fs::remove_file(dir.join("backing.img"));
     Ok(())
 }
@@ -222,6 +223,14 @@ pub fn render_stats(s: &Stats) -> String {
         s.write_bytes as f64 / 1048576.0,
         s.discards
     );
+    if s.overruns > 0 {
+        out.push_str(&format!(
+            "SLOWER THAN THE MODEL: {} requests' real I/O overran their service time by {:.3} s in all (slowest {} µs)\n",
+            s.overruns,
+            s.overrun_us as f64 / 1e6,
+            s.slowest_io_us
+        ));
+    }
     out.push_str("age of written data:\n");
     for (m, blocks) in &s.age_histogram {
         out.push_str(&format!(

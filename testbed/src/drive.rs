@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use fuser::{BackgroundSession, Config, MountOption};
 
 use crate::disk::{AgingDisk, DiskState, Stats, IMAGE_NAME};
+use crate::host::{self, abort_fuse, unmount, wait_released};
 use crate::model::Model;
 
 /// How to build a drive.
@@ -110,22 +111,10 @@ impl Drive {
         for d in [fuse_dir(&dir), mnt_dir(&dir)] {
             fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
         }
-        let backing_path = dir.join("backing.img");
-        let backing = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&backing_path)
-            .with_context(|| format!("creating {}", backing_path.display()))?;
-        backing.set_len(opts.size)?;
-        let state = Arc::new(DiskState::new(
-            backing,
-            opts.size,
-            opts.model,
-            opts.channels,
-            opts.month_seconds,
-        ));
+        let state = Arc::new(
+            DiskState::in_memory(opts.size, opts.model, opts.channels, opts.month_seconds)
+                .context("creating the drive's flash (a memfd)")?,
+        );
         let mut config = Config::default();
         config.mount_options = vec![MountOption::FSName("agingssd".into()), MountOption::NoAtime];
         config.n_threads = Some(opts.channels as usize * 2 + 2);
@@ -150,6 +139,7 @@ impl Drive {
                 "4096",
             ])
             .arg(image_path(&drive.dir)))?;
+        host::pin_queue(&drive.loop_dev)?;
         sh(Command::new(mkfs[0]).args(&mkfs[1..]).arg(&drive.loop_dev))?;
         sh(Command::new("mount").arg(&drive.loop_dev).arg(&drive.mnt))?;
         drive.mounted = true;
@@ -233,6 +223,15 @@ impl Drive {
 
 impl Drop for Drive {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A failing test shows what the drive did: its counters say
+            // whether the emulator kept to its model meanwhile.
+            eprintln!(
+                "agingssd drive {} at the failure:\n{}",
+                self.loop_dev,
+                crate::cli::render_stats(&self.stats())
+            );
+        }
         if let Err(e) = self.teardown() {
             eprintln!("agingssd: tearing down {}: {e:#}", self.dir.display());
         }
@@ -277,124 +276,4 @@ pub fn cleanup_leftovers(dir: &Path) -> Result<()> {
         unmount(&fuse);
     }
     Ok(())
-}
-
-/// Aborts the FUSE connection mounted at `mountpoint`, if any, through
-/// fusectl (`/sys/fs/fuse/connections/<minor>/abort`).
-fn abort_fuse(mountpoint: &Path) {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let target = mountpoint.to_string_lossy();
-    let Some(minor) = info.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(4) == Some(&&*target))
-            .then(|| f.get(2)?.split(':').nth(1).map(str::to_string))
-            .flatten()
-    }) else {
-        return;
-    };
-    let conns = Path::new("/sys/fs/fuse/connections");
-    let empty = fs::read_dir(conns)
-        .map(|mut d| d.next().is_none())
-        .unwrap_or(true);
-    let mounted_here = empty
-        && Command::new("mount")
-            .args(["-t", "fusectl", "fusectl"])
-            .arg(conns)
-            .status()
-            .is_ok_and(|s| s.success());
-    let _ = fs::write(conns.join(minor).join("abort"), "1");
-    // Leave the system as we found it.
-    if mounted_here {
-        let _ = Command::new("umount").arg(conns).status();
-    }
-}
-
-/// Unmounts `path`, retrying for up to 5 s while it is busy, then
-/// detaches it lazily (it goes away once the last user is gone). Never
-/// fails: cleanup goes on regardless.
-pub fn unmount(path: &Path) {
-    // A process that is still exiting (one just killed) keeps the mount
-    // busy for a moment: a lazy unmount then would leave the filesystem
-    // alive, and mounting it again (XFS: "duplicate UUID") would fail.
-    let t = std::time::Instant::now();
-    while is_mount_point(path) {
-        let ok = Command::new("umount")
-            .arg(path)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if ok {
-            return;
-        }
-        if t.elapsed() > std::time::Duration::from_secs(5) {
-            let _ = Command::new("umount").arg("-l").arg(path).status();
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
-/// Whether `path` is where something is mounted (/proc/self/mountinfo).
-fn is_mount_point(path: &Path) -> bool {
-    let Ok(want) = path.canonicalize() else {
-        return false;
-    };
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines().any(|l| {
-        l.split(' ')
-            .nth(4)
-            .is_some_and(|m| Path::new(&unescape_mount(m)) == want)
-    })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape_mount(s: &str) -> String {
-    let mut out = Vec::with_capacity(s.len());
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Waits (up to 5 s) until a detached loop device has let go of its file.
-fn wait_released(loop_dev: &str) {
-    let name = Path::new(loop_dev)
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let backing = Path::new("/sys/block").join(name).join("loop/backing_file");
-    let t = std::time::Instant::now();
-    while backing.exists() && t.elapsed() < std::time::Duration::from_secs(5) {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_paths_are_unescaped() {
-        assert_eq!(unescape_mount("/var/tmp/a\\040b"), "/var/tmp/a b");
-        assert_eq!(unescape_mount("/x\\134y\\012"), "/x\\y\n");
-        assert_eq!(unescape_mount("/plain\\04"), "/plain\\04");
-    }
-
-    #[test]
-    fn the_root_is_a_mount_point_and_a_file_is_not() {
-        assert!(is_mount_point(Path::new("/")));
-        let f = tempfile::NamedTempFile::new().unwrap();
-        assert!(!is_mount_point(f.path()));
-    }
 }

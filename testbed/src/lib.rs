@@ -7,6 +7,7 @@ pub mod cli;
 pub mod control;
 pub mod disk;
 pub mod drive;
+pub mod host;
 pub mod measure;
 pub mod model;
 pub mod mutator;

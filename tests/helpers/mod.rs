@@ -170,7 +170,7 @@ impl LoopFs {
 impl Drop for LoopFs {
     fn drop(&mut self) {
         if self.mounted {
-            testbed::drive::unmount(&self.mnt);
+            testbed::host::unmount(&self.mnt);
         }
         let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
     }
@@ -306,7 +306,7 @@ pub struct MountGuard(pub PathBuf);
 
 impl Drop for MountGuard {
     fn drop(&mut self) {
-        testbed::drive::unmount(&self.0);
+        testbed::host::unmount(&self.0);
     }
 }
 

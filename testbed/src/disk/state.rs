@@ -9,53 +9,15 @@ use std::sync::{Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use fuser::{Errno, INodeNo};
-use serde::{Deserialize, Serialize};
 
 use super::channels::Channels;
+use super::stats::Counters;
 use crate::model::Model;
 
 pub const BLOCK: u64 = 4096;
 pub const IMAGE_NAME: &str = "disk.img";
 pub(super) const IMAGE_INO: INodeNo = INodeNo(2);
 const NEVER: u32 = u32::MAX;
-
-/// Counters for `agingssd stats`.
-#[derive(Debug, Default)]
-struct Counters {
-    reads: AtomicU64,
-    read_bytes: AtomicU64,
-    writes: AtomicU64,
-    write_bytes: AtomicU64,
-    read_errors: AtomicU64,
-    write_errors: AtomicU64,
-    discards: AtomicU64,
-}
-
-/// What `stats` reports.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Stats {
-    pub model: String,
-    pub channels: u32,
-    pub size: u64,
-    pub now_months: f64,
-    pub reads: u64,
-    pub read_bytes: u64,
-    pub writes: u64,
-    pub write_bytes: u64,
-    pub read_errors: u64,
-    /// Writes refused with EIO (write faults).
-    #[serde(default)]
-    pub write_errors: u64,
-    pub discards: u64,
-    /// Written blocks by whole months of age: (months, blocks).
-    pub age_histogram: Vec<(u32, u64)>,
-    pub faults: Vec<(u64, u64)>,
-    /// Writes that touched a faulty range: (offset, length).
-    pub faulty_writes: Vec<(u64, u64)>,
-    /// Ranges whose writes fail with EIO.
-    #[serde(default)]
-    pub write_faults: Vec<(u64, u64)>,
-}
 
 /// The disk's state, shared by the FUSE threads and the control socket.
 #[derive(Debug)]
@@ -65,16 +27,16 @@ pub struct DiskState {
     pub size: u64,
     backing: File,
     /// Per block: virtual write time in months (f32 bits), NEVER if unwritten.
-    stamps: Vec<AtomicU32>,
+    pub(super) stamps: Vec<AtomicU32>,
     /// Virtual clock offset in months (f64 bits).
     offset: AtomicU64,
     start: Instant,
     month_seconds: Option<f64>,
     chans: Channels,
-    faults: RwLock<Vec<Range<u64>>>,
-    write_faults: RwLock<Vec<Range<u64>>>,
-    faulty_writes: Mutex<Vec<(u64, u64)>>,
-    counters: Counters,
+    pub(super) faults: RwLock<Vec<Range<u64>>>,
+    pub(super) write_faults: RwLock<Vec<Range<u64>>>,
+    pub(super) faulty_writes: Mutex<Vec<(u64, u64)>>,
+    pub(super) counters: Counters,
     /// The link's capacity, bytes/s (0: no cap), like a port negotiated
     /// down: every transfer also passes through it, one after another.
     link_cap: AtomicU64,
@@ -119,6 +81,24 @@ impl DiskState {
             fade_factor: AtomicU64::new(1),
             written_since_discard: AtomicU64::new(0),
         }
+    }
+
+    /// A disk whose flash is a sparse memfd of `size` bytes: in memory,
+    /// never on the host's disk. A file there made the emulator as slow as
+    /// the host whenever the host's page cache let go of it (this VM pages
+    /// out memory untouched for a minute), and then a request's real I/O
+    /// took longer than the model's service time: reads of data written a
+    /// minute earlier ran at a fraction of the model's speed.
+    pub fn in_memory(
+        size: u64,
+        model: Model,
+        channels: u32,
+        month_seconds: Option<f64>,
+    ) -> std::io::Result<DiskState> {
+        let fd = rustix::fs::memfd_create("agingssd-flash", rustix::fs::MemfdFlags::CLOEXEC)?;
+        let flash = File::from(fd);
+        flash.set_len(size)?;
+        Ok(DiskState::new(flash, size, model, channels, month_seconds))
     }
 
     /// The virtual time, in months.
@@ -324,6 +304,7 @@ impl DiskState {
         let link_done = self.link_slot(len);
         let result = io();
         let spent = t0.elapsed();
+        self.counters.io_took(spent, service);
         if service > spent {
             std::thread::sleep(service - spent);
         }
@@ -335,48 +316,5 @@ impl DiskState {
         }
         self.chans.release();
         result
-    }
-
-    pub fn stats(&self) -> Stats {
-        let mut hist: std::collections::BTreeMap<u32, u64> = Default::default();
-        for i in 0..self.stamps.len() {
-            if let Some(age) = self.block_age(i) {
-                *hist.entry(age.floor() as u32).or_default() += 1;
-            }
-        }
-        let c = &self.counters;
-        Stats {
-            model: self.model.name.to_string(),
-            channels: self.channels,
-            size: self.size,
-            now_months: self.now_months(),
-            reads: c.reads.load(Ordering::Relaxed),
-            read_bytes: c.read_bytes.load(Ordering::Relaxed),
-            writes: c.writes.load(Ordering::Relaxed),
-            write_bytes: c.write_bytes.load(Ordering::Relaxed),
-            read_errors: c.read_errors.load(Ordering::Relaxed),
-            write_errors: c.write_errors.load(Ordering::Relaxed),
-            write_faults: self
-                .write_faults
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .map(|r| (r.start, r.end - r.start))
-                .collect(),
-            discards: c.discards.load(Ordering::Relaxed),
-            age_histogram: hist.into_iter().collect(),
-            faults: self
-                .faults
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .map(|r| (r.start, r.end - r.start))
-                .collect(),
-            faulty_writes: self
-                .faulty_writes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        }
     }
 }

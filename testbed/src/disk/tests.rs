@@ -4,17 +4,14 @@ use super::state::*;
 use crate::model::Model;
 use fuser::Errno;
 
-fn state(month_seconds: Option<f64>) -> (tempfile::NamedTempFile, DiskState) {
-    let f = tempfile::NamedTempFile::new().unwrap();
-    let backing = f.reopen().unwrap();
-    backing.set_len(1 << 20).unwrap();
+fn state(month_seconds: Option<f64>) -> DiskState {
     let model = Model::preset("none").unwrap();
-    (f, DiskState::new(backing, 1 << 20, model, 4, month_seconds))
+    DiskState::in_memory(1 << 20, model, 4, month_seconds).unwrap()
 }
 
 #[test]
 fn writes_stamp_blocks_and_age_moves_the_clock() {
-    let (_f, s) = state(None);
+    let s = state(None);
     assert_eq!(s.block_age(0), None, "never written");
     s.write(0, &[7u8; 6000]).unwrap();
     assert_eq!(s.block_age(0), Some(0.0));
@@ -42,7 +39,7 @@ fn writes_stamp_blocks_and_age_moves_the_clock() {
 
 #[test]
 fn faults_fail_reads_and_log_writes() {
-    let (_f, s) = state(None);
+    let s = state(None);
     s.add_fault(8192, 100);
     assert_eq!(s.read(8000, 200).unwrap_err(), Errno::EIO);
     assert!(s.read(0, 8192).is_ok());
@@ -55,7 +52,7 @@ fn faults_fail_reads_and_log_writes() {
 
 #[test]
 fn a_capped_link_caps_reads_and_writes() {
-    let (_f, s) = state(None);
+    let s = state(None);
     s.write(0, &[1u8; 1 << 20]).unwrap();
     s.set_link_cap(10 << 20); // 10 MiB/s: 1 MiB takes 100 ms
     let t = Instant::now();
@@ -74,7 +71,7 @@ fn a_capped_link_caps_reads_and_writes() {
 
 #[test]
 fn heavy_writes_fade_every_request_until_a_discard() {
-    let (_f, s) = state(None);
+    let s = state(None);
     s.set_fade(256 << 10, 20);
     let fresh = {
         let t = Instant::now();
@@ -94,7 +91,7 @@ fn heavy_writes_fade_every_request_until_a_discard() {
 
 #[test]
 fn write_faults_fail_writes_and_change_nothing() {
-    let (_f, s) = state(None);
+    let s = state(None);
     s.write(0, &[7u8; 16384]).unwrap();
     s.add_write_fault(4096, 4096);
     assert_eq!(s.write(0, &[9u8; 8192]).unwrap_err(), Errno::EIO);
@@ -113,7 +110,7 @@ fn write_faults_fail_writes_and_change_nothing() {
 
 #[test]
 fn the_clock_runs_by_itself_with_month_seconds() {
-    let (_f, s) = state(Some(0.01));
+    let s = state(Some(0.01));
     s.write(0, &[1u8; 4096]).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert!(s.block_age(0).unwrap() >= 4.0, "{:?}", s.block_age(0));
@@ -121,10 +118,42 @@ fn the_clock_runs_by_itself_with_month_seconds() {
 
 #[test]
 fn writes_past_the_end_are_refused() {
-    let (_f, s) = state(None);
+    let s = state(None);
     assert_eq!(
         s.write((1 << 20) - 10, &[0u8; 20]).unwrap_err(),
         Errno::ENOSPC
     );
     assert!(s.read(1 << 20, 10).unwrap().is_empty());
+}
+
+#[test]
+fn the_flash_is_sparse_memory_that_discards_give_back() {
+    let s = state(None);
+    s.write(8192, &[5u8; 8192]).unwrap();
+    assert_eq!(
+        s.read(0, 16384).unwrap()[..8192],
+        [0u8; 8192],
+        "a hole reads zeros"
+    );
+    assert_eq!(s.read(8192, 8192).unwrap(), vec![5u8; 8192]);
+    s.discard(8192, 4096).unwrap();
+    assert_eq!(s.read(8192, 8192).unwrap()[..4096], [0u8; 4096]);
+    assert_eq!(s.read(12288, 4096).unwrap(), vec![5u8; 4096]);
+}
+
+#[test]
+fn real_io_slower_than_the_model_is_counted_as_an_overrun() {
+    let s = state(None);
+    s.counters
+        .io_took(Duration::from_micros(300), Duration::from_micros(500));
+    let st = s.stats();
+    assert_eq!((st.overruns, st.overrun_us, st.slowest_io_us), (0, 0, 300));
+    s.counters
+        .io_took(Duration::from_micros(2500), Duration::from_micros(500));
+    let st = s.stats();
+    assert_eq!(
+        (st.overruns, st.overrun_us, st.slowest_io_us),
+        (1, 2000, 2500)
+    );
+    assert!(crate::cli::render_stats(&st).contains("SLOWER THAN THE MODEL: 1 requests"));
 }
