@@ -229,7 +229,7 @@ impl Drop for Drive {
             eprintln!(
                 "agingssd drive {} at the failure:\n{}",
                 self.loop_dev,
-                crate::cli::render_stats(&self.stats())
+                self.stats().render()
             );
         }
         if let Err(e) = self.teardown() {

@@ -234,7 +234,7 @@ fn run(cmd: Cmd) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
-                print!("{}", cli::render_stats(&s));
+                print!("{}", s.render());
             }
             Ok(())
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use fuser::{Errno, INodeNo};
 
 use super::channels::Channels;
-use super::stats::Counters;
+use super::stats::{Counters, Stats};
 use crate::model::Model;
 
 pub const BLOCK: u64 = 4096;
@@ -27,15 +27,15 @@ pub struct DiskState {
     pub size: u64,
     backing: File,
     /// Per block: virtual write time in months (f32 bits), NEVER if unwritten.
-    pub(super) stamps: Vec<AtomicU32>,
+    stamps: Vec<AtomicU32>,
     /// Virtual clock offset in months (f64 bits).
     offset: AtomicU64,
     start: Instant,
     month_seconds: Option<f64>,
     chans: Channels,
-    pub(super) faults: RwLock<Vec<Range<u64>>>,
-    pub(super) write_faults: RwLock<Vec<Range<u64>>>,
-    pub(super) faulty_writes: Mutex<Vec<(u64, u64)>>,
+    faults: RwLock<Vec<Range<u64>>>,
+    write_faults: RwLock<Vec<Range<u64>>>,
+    faulty_writes: Mutex<Vec<(u64, u64)>>,
     pub(super) counters: Counters,
     /// The link's capacity, bytes/s (0: no cap), like a port negotiated
     /// down: every transfer also passes through it, one after another.
@@ -316,5 +316,51 @@ impl DiskState {
         }
         self.chans.release();
         result
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut hist: std::collections::BTreeMap<u32, u64> = Default::default();
+        for i in 0..self.stamps.len() {
+            if let Some(age) = self.block_age(i) {
+                *hist.entry(age.floor() as u32).or_default() += 1;
+            }
+        }
+        let c = &self.counters;
+        Stats {
+            model: self.model.name.to_string(),
+            channels: self.channels,
+            size: self.size,
+            now_months: self.now_months(),
+            reads: c.reads.load(Ordering::Relaxed),
+            read_bytes: c.read_bytes.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+            write_bytes: c.write_bytes.load(Ordering::Relaxed),
+            read_errors: c.read_errors.load(Ordering::Relaxed),
+            write_errors: c.write_errors.load(Ordering::Relaxed),
+            write_faults: self
+                .write_faults
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|r| (r.start, r.end - r.start))
+                .collect(),
+            discards: c.discards.load(Ordering::Relaxed),
+            overruns: c.overruns.load(Ordering::Relaxed),
+            overrun_us: c.overrun_us.load(Ordering::Relaxed),
+            slowest_io_us: c.slowest_io_us.load(Ordering::Relaxed),
+            age_histogram: hist.into_iter().collect(),
+            faults: self
+                .faults
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|r| (r.start, r.end - r.start))
+                .collect(),
+            faulty_writes: self
+                .faulty_writes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
     }
 }

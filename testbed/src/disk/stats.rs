@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::state::DiskState;
-
 /// Counters for `agingssd stats`.
 #[derive(Debug, Default)]
 pub(super) struct Counters {
@@ -74,50 +72,63 @@ pub struct Stats {
     pub write_faults: Vec<(u64, u64)>,
 }
 
-impl DiskState {
-    pub fn stats(&self) -> Stats {
-        let mut hist: std::collections::BTreeMap<u32, u64> = Default::default();
-        for i in 0..self.stamps.len() {
-            if let Some(age) = self.block_age(i) {
-                *hist.entry(age.floor() as u32).or_default() += 1;
+impl Stats {
+    /// `stats` for people.
+    pub fn render(&self) -> String {
+        let s = self;
+        let mut out = format!(
+            "model {} · {} channels · {} MiB · virtual time {:.2} months\n\
+             reads  {:>10} ({:.1} MiB), read errors {}\n\
+             writes {:>10} ({:.1} MiB), discards {}\n",
+            s.model,
+            s.channels,
+            s.size >> 20,
+            s.now_months,
+            s.reads,
+            s.read_bytes as f64 / 1048576.0,
+            s.read_errors,
+            s.writes,
+            s.write_bytes as f64 / 1048576.0,
+            s.discards
+        );
+        if s.overruns > 0 {
+            out.push_str(&format!(
+                "SLOWER THAN THE MODEL: {} requests' real I/O overran their service time by {:.3} s in all (slowest {} µs)\n",
+                s.overruns,
+                s.overrun_us as f64 / 1e6,
+                s.slowest_io_us
+            ));
+        }
+        out.push_str("age of written data:\n");
+        for (m, blocks) in &s.age_histogram {
+            out.push_str(&format!(
+                "  {m:>3}–{:<3} months {:>10.1} MiB\n",
+                m + 1,
+                *blocks as f64 * 4096.0 / 1048576.0
+            ));
+        }
+        for (o, l) in &s.write_faults {
+            out.push_str(&format!(
+                "fault: writes of device bytes {o}..{} fail with EIO\n",
+                o + l
+            ));
+        }
+        if s.write_errors > 0 {
+            out.push_str(&format!("write errors {}\n", s.write_errors));
+        }
+        for (o, l) in &s.faults {
+            out.push_str(&format!(
+                "fault: reads of device bytes {o}..{} fail with EIO\n",
+                o + l
+            ));
+        }
+        if s.faulty_writes.is_empty() {
+            out.push_str("no write touched a faulty range\n");
+        } else {
+            for (o, l) in &s.faulty_writes {
+                out.push_str(&format!("WRITE INTO FAULTY RANGE: {l} bytes at {o}\n"));
             }
         }
-        let c = &self.counters;
-        Stats {
-            model: self.model.name.to_string(),
-            channels: self.channels,
-            size: self.size,
-            now_months: self.now_months(),
-            reads: c.reads.load(Ordering::Relaxed),
-            read_bytes: c.read_bytes.load(Ordering::Relaxed),
-            writes: c.writes.load(Ordering::Relaxed),
-            write_bytes: c.write_bytes.load(Ordering::Relaxed),
-            read_errors: c.read_errors.load(Ordering::Relaxed),
-            write_errors: c.write_errors.load(Ordering::Relaxed),
-            write_faults: self
-                .write_faults
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .map(|r| (r.start, r.end - r.start))
-                .collect(),
-            discards: c.discards.load(Ordering::Relaxed),
-            overruns: c.overruns.load(Ordering::Relaxed),
-            overrun_us: c.overrun_us.load(Ordering::Relaxed),
-            slowest_io_us: c.slowest_io_us.load(Ordering::Relaxed),
-            age_histogram: hist.into_iter().collect(),
-            faults: self
-                .faults
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .map(|r| (r.start, r.end - r.start))
-                .collect(),
-            faulty_writes: self
-                .faulty_writes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        }
+        out
     }
 }

@@ -155,5 +155,5 @@ fn real_io_slower_than_the_model_is_counted_as_an_overrun() {
         (st.overruns, st.overrun_us, st.slowest_io_us),
         (1, 2000, 2500)
     );
-    assert!(crate::cli::render_stats(&st).contains("SLOWER THAN THE MODEL: 1 requests"));
+    assert!(st.render().contains("SLOWER THAN THE MODEL: 1 requests"));
 }
