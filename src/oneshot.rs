@@ -22,7 +22,6 @@ pub use crate::config::Strategy;
 #[derive(Debug, Clone)]
 pub struct RefreshOptions {
     pub paths: Vec<PathBuf>,
-    pub rate: Option<crate::units::Rate>,
     pub strategy: Strategy,
     pub dry_run: bool,
     pub json: bool,
@@ -39,7 +38,7 @@ pub struct RefreshOptions {
     /// The crash-recovery journal's state directory (`None`: the daemon's
     /// default, when writable).
     pub state_dir: Option<PathBuf>,
-    /// Yielding to other I/O on the drive, and request priorities.
+    /// The rate, yielding to other I/O on the drive, request priorities.
     pub pace: crate::engine::PaceSettings,
     /// Leave files found in directories alone when their data is younger
     /// (`None`: every file).
@@ -290,7 +289,6 @@ fn engine_config(
     pace_status: Arc<crate::engine::pacing::pace::PaceStatus>,
 ) -> Result<EngineConfig, UsageError> {
     Ok(EngineConfig {
-        rate: opts.rate,
         chunk: opts.chunk,
         depth: opts.depth,
         backend: opts.backend,

@@ -239,7 +239,10 @@ fn punch_mid_refresh(kind: &'static str, relocate: bool, switches: UnsafeSwitche
         fs.sync();
         let holder = relocate.then(|| File::open(&f).unwrap());
         let cfg = EngineConfig {
-            rate: Some(refreshd::units::Rate(8 << 20)),
+            pace: refreshd::engine::PaceSettings {
+                rate: Some(refreshd::units::Rate(8 << 20)),
+                ..Default::default()
+            },
             relocate_chunk: 2 << 20,
             unsafe_switches: switches,
             ..EngineConfig::default()

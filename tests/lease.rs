@@ -28,7 +28,10 @@ fn stamped(version: u32) -> Vec<u8> {
 /// Starts a slow refresh (2 MiB/s) of `file` in-process.
 fn slow_refresh(file: &Path, switches: UnsafeSwitches) -> (Engine, Receiver<FileReport>) {
     let cfg = EngineConfig {
-        rate: Some(refreshd::units::Rate(2 << 20)),
+        pace: refreshd::engine::PaceSettings {
+            rate: Some(refreshd::units::Rate(2 << 20)),
+            ..Default::default()
+        },
         chunk: 256 << 10,
         depth: 4,
         unsafe_switches: switches,

@@ -85,7 +85,6 @@ fn main() -> ExitCode {
         Command::Refresh(a) => {
             let opts = RefreshOptions {
                 paths: a.paths,
-                rate: a.rate,
                 strategy: a.strategy,
                 dry_run: a.dry_run,
                 json: a.json,
@@ -100,6 +99,7 @@ fn main() -> ExitCode {
                 state_dir: a.state_dir,
                 stale_after: a.stale_after.map(|d| d.0),
                 pace: PaceSettings {
+                    rate: a.rate,
                     mode: a.yield_mode,
                     priority: a.io_priority,
                     floor: a.yield_floor,

@@ -7,6 +7,7 @@ use super::readers;
 use super::table::table;
 use super::windows::Windows;
 use crate::engine::types::{IoPriority, Strategy, YieldMode, DEFAULT_FLOOR, DEFAULT_RATE};
+use crate::engine::PaceSettings;
 use crate::units::{ByteSize, Rate};
 
 const DAY: u64 = 86_400;
@@ -77,4 +78,17 @@ table! {
         min_free: ByteSize = ByteSize(1 << 30), key "min_free", read readers::size;
     }
     extra {}
+}
+
+impl Settings {
+    /// The pacing settings as the engine takes them: the rate, yielding
+    /// to other I/O, request priorities.
+    pub fn pace(&self) -> PaceSettings {
+        PaceSettings {
+            rate: Some(self.rate),
+            mode: self.yield_mode,
+            priority: self.io_priority,
+            floor: self.yield_floor,
+        }
+    }
 }

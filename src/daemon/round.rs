@@ -228,16 +228,11 @@ pub fn run(
         ..RoundResult::default()
     };
     let engine = match Engine::start(EngineConfig {
-        rate: Some(s.rate),
         min_free: Some(s.min_free),
         cancel: cell.cancel.clone(),
         strategy: s.strategy,
         journal: Some(shared.journal.clone()),
-        pace: crate::engine::PaceSettings {
-            mode: s.yield_mode,
-            priority: s.io_priority,
-            floor: s.yield_floor,
-        },
+        pace: s.pace(),
         pace_status: cell.pace.clone(),
         ..EngineConfig::default()
     }) {

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::engine::pacing::pace::{DeviceCounters, PaceConfig, Pacer, SysBlock};
+use crate::engine::pacing::pace::{DeviceCounters, Pacer, SysBlock};
 use crate::engine::pacing::throttle::Throttle;
 use crate::engine::report::{FailKind, FileReport, Outcome, SkipReason};
 use crate::engine::safety::attrwatch::{AttrWatch, Watcher};
@@ -60,21 +60,11 @@ impl IoThread {
         let (b, fallback) =
             backend::open_backend(cfg.backend, pool).map_err(EngineError::Backend)?;
         let own = Arc::new(OwnIo::default());
-        let pacer = Pacer::new(
-            PaceConfig {
-                mode: cfg.pace.mode,
-                priority: cfg.pace.priority,
-                rate: cfg.rate.map(|r| r.0),
-                floor: cfg.pace.floor.0,
-                depth: cfg.depth,
-            },
-            own.clone(),
-            cfg.pace_status.clone(),
-        );
+        let pacer = Pacer::new(cfg.pace, cfg.depth, own.clone(), cfg.pace_status.clone());
         Ok((
             IoThread {
                 ring: Ring::new(b, own.clone()),
-                throttle: Throttle::paced(cfg.rate.map(|r| r.0), cfg.chunk, pacer),
+                throttle: Throttle::paced(cfg.chunk, pacer),
                 choice: cfg.backend,
                 buffers,
                 chunk,

@@ -3,20 +3,18 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+pub use crate::engine::pacing::pace::PaceSettings;
 use crate::engine::pacing::pace::PaceStatus;
 use crate::engine::safety::journal::Journal;
 use crate::engine::types::{
-    IoPriority, Strategy, UnsafeSwitches, YieldMode, DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_FLOOR,
-    DEFAULT_RELOCATE_CHUNK,
+    Strategy, UnsafeSwitches, DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_RELOCATE_CHUNK,
 };
 use crate::io::backend::BackendChoice;
-use crate::units::{ByteSize, Rate};
+use crate::units::ByteSize;
 
 /// How an engine refreshes files.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Bytes per second, or unthrottled.
-    pub rate: Option<Rate>,
     /// Largest chunk (a power of two ≥ 4096).
     pub chunk: u64,
     /// Chunks in flight.
@@ -41,7 +39,7 @@ pub struct EngineConfig {
     /// (see `safety::journal`); `None`: a killed run leaves the mtime
     /// of the file it was writing moved.
     pub journal: Option<Arc<Journal>>,
-    /// Yielding to other I/O on the drive, and request priorities.
+    /// The rate, yielding to other I/O on the drive, request priorities.
     pub pace: PaceSettings,
     /// Whether and why the engine is yielding now (read by the daemon).
     pub pace_status: Arc<PaceStatus>,
@@ -49,29 +47,9 @@ pub struct EngineConfig {
     pub unsafe_switches: UnsafeSwitches,
 }
 
-/// How an engine yields to other I/O (see [`pace`]).
-#[derive(Debug, Clone, Copy)]
-pub struct PaceSettings {
-    pub mode: YieldMode,
-    pub priority: IoPriority,
-    /// The rate never drops below this while yielding.
-    pub floor: Rate,
-}
-
-impl Default for PaceSettings {
-    fn default() -> Self {
-        PaceSettings {
-            mode: YieldMode::Auto,
-            priority: IoPriority::Idle,
-            floor: Rate(DEFAULT_FLOOR),
-        }
-    }
-}
-
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            rate: None,
             chunk: DEFAULT_CHUNK,
             depth: DEFAULT_DEPTH,
             backend: BackendChoice::Auto,

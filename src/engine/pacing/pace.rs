@@ -51,6 +51,7 @@ use std::time::Duration;
 
 pub use crate::engine::types::DEFAULT_FLOOR;
 use crate::engine::types::{IoPriority, YieldMode};
+use crate::units::Rate;
 
 mod blind;
 mod control;
@@ -109,17 +110,29 @@ pub fn write_ioprio(priority: IoPriority, thread_default: u16) -> u16 {
     }
 }
 
-/// What the pacer was configured with.
+/// How an engine paces itself: the one struct that carries the pacing
+/// settings from the configuration file (or the command line) to the
+/// pacer, in their own units.
 #[derive(Debug, Clone, Copy)]
-pub struct PaceConfig {
+pub struct PaceSettings {
+    /// Bytes per second at most (`None`: unthrottled).
+    pub rate: Option<Rate>,
+    /// Yield to other I/O on the drive, or keep `rate` always.
     pub mode: YieldMode,
     pub priority: IoPriority,
-    /// The configured rate (`None`: unthrottled).
-    pub rate: Option<u64>,
-    /// The rate never goes below this.
-    pub floor: u64,
-    /// Configured requests in flight.
-    pub depth: usize,
+    /// The rate never drops below this while yielding.
+    pub floor: Rate,
+}
+
+impl Default for PaceSettings {
+    fn default() -> Self {
+        PaceSettings {
+            rate: None,
+            mode: YieldMode::Auto,
+            priority: IoPriority::Idle,
+            floor: Rate(DEFAULT_FLOOR),
+        }
+    }
 }
 
 /// What the engine may do now.
@@ -145,7 +158,9 @@ enum Phase {
 
 /// The controller. Time is passed in, so it is tested without sleeping.
 pub struct Pacer {
-    cfg: PaceConfig,
+    cfg: PaceSettings,
+    /// Requests in flight when nobody else reads.
+    max_depth: usize,
     own: Arc<OwnIo>,
     status: Arc<PaceStatus>,
     device: Option<Box<dyn DeviceCounters>>,
@@ -183,9 +198,16 @@ impl std::fmt::Debug for Pacer {
 }
 
 impl Pacer {
-    pub fn new(cfg: PaceConfig, own: Arc<OwnIo>, status: Arc<PaceStatus>) -> Pacer {
+    /// A pacer for `max_depth` requests in flight at most.
+    pub fn new(
+        cfg: PaceSettings,
+        max_depth: usize,
+        own: Arc<OwnIo>,
+        status: Arc<PaceStatus>,
+    ) -> Pacer {
         let p = Pacer {
             cfg,
+            max_depth,
             own,
             status,
             device: None,
@@ -195,13 +217,13 @@ impl Pacer {
             baseline: None,
             learned: (0, 0.0),
             app_seen: None,
-            rate: cfg.floor as f64,
+            rate: cfg.floor.0 as f64,
             decided: Duration::ZERO,
             depth: 1,
             progress: (Duration::ZERO, 0),
             raised: false,
             floor_check: (Duration::ZERO, 0),
-            blind: blind::Blind::new(cfg.depth),
+            blind: blind::Blind::new(max_depth),
             busy_at_start: false,
         };
         p.set_read_ioprio();
@@ -257,21 +279,25 @@ impl Pacer {
         false
     }
 
+    /// The configured rate (what plans are sized for).
+    pub fn configured_rate(&self) -> Option<u64> {
+        self.cfg.rate.map(|r| r.0)
+    }
+
     fn floor(&self) -> u64 {
-        self.cfg
-            .rate
-            .map_or(self.cfg.floor, |r| r.min(self.cfg.floor))
+        let floor = self.cfg.floor.0;
+        self.configured_rate().map_or(floor, |r| r.min(floor))
     }
 
     fn full(&self) -> f64 {
-        self.cfg.rate.map_or(f64::INFINITY, |r| r as f64)
+        self.configured_rate().map_or(f64::INFINITY, |r| r as f64)
     }
 
     /// What the engine may do now.
     pub fn allowance(&self) -> Allowance {
         let configured = Allowance {
-            rate: self.cfg.rate,
-            depth: self.cfg.depth,
+            rate: self.configured_rate(),
+            depth: self.max_depth,
             request: None,
         };
         if self.cfg.mode == YieldMode::Off {

@@ -114,14 +114,19 @@ impl Throttle {
         }
     }
 
-    /// A throttle paced by `pacer` (whose configured rate is `rate`).
-    pub fn paced(rate: Option<u64>, burst: u64, pacer: Pacer) -> Throttle {
+    /// A throttle paced by `pacer`, at most at its configured rate.
+    pub fn paced(burst: u64, pacer: Pacer) -> Throttle {
         let start = pacer.allowance().rate;
         Throttle {
             bucket: start.map(|r| TokenBucket::new(r, burst, Duration::ZERO)),
-            pacer: Some(pacer),
-            ..Throttle::new(rate, burst)
+            ..Throttle::new(pacer.configured_rate(), burst)
         }
+        .with_pacer(pacer)
+    }
+
+    fn with_pacer(mut self, pacer: Pacer) -> Throttle {
+        self.pacer = Some(pacer);
+        self
     }
 
     /// The configured rate (what plans are sized for).

@@ -109,7 +109,7 @@ impl Pacer {
         if span >= Duration::from_secs(1) {
             let want = self.rate.max(self.floor() as f64) * span.as_secs_f64() * 0.8;
             if (bytes as f64) < want {
-                self.depth = (self.depth + 1).min(self.cfg.depth.max(1));
+                self.depth = (self.depth + 1).min(self.max_depth.max(1));
             }
             self.progress = (Duration::ZERO, 0);
         }

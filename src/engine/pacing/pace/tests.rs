@@ -54,13 +54,13 @@ impl Rig {
         drive.add(0, 0, 0);
         *drive.1.lock().unwrap() = in_flight;
         let mut pacer = Pacer::new(
-            PaceConfig {
+            PaceSettings {
                 mode,
                 priority: IoPriority::Idle,
-                rate,
-                floor: FLOOR,
-                depth: 8,
+                rate: rate.map(crate::units::Rate),
+                floor: crate::units::Rate(FLOOR),
             },
+            8,
             Arc::default(),
             Arc::default(),
         );
