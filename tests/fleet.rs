@@ -122,6 +122,20 @@ fn wait_all(what: &str, secs: u64, daemons: &[Daemon], members: &[Member]) {
     }
 }
 
+/// How a one-slot story ends: every member refreshed exactly its bytes
+/// (none written twice), one drive at a time, and once the daemons are
+/// gone every file is what it was.
+fn each_exactly_once_one_at_a_time(daemons: Vec<Daemon>, members: &[Member]) {
+    for (d, m) in daemons.iter().zip(members) {
+        assert_eq!(refreshed(d), m.bytes(), "{}", d.log());
+    }
+    assert_eq!(most_at_once(&daemons), 1, "one at a time");
+    drop(daemons);
+    for m in members {
+        m.unchanged();
+    }
+}
+
 /// Runs three daemons in one group with `max` slots, every one asked to
 /// refresh 3 × 16 MiB at 8 MiB/s; returns the most seen refreshing at
 /// once (metrics, sampled) and the most overlapping in their logs.

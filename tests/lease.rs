@@ -9,20 +9,14 @@ use std::process::Command;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use crate::helpers::stamps;
 use crate::helpers::*;
 use refreshd::engine::{Engine, EngineConfig, FileReport, Outcome, Target, UnsafeSwitches};
 
 const SIZE: usize = 16 << 20;
-const BLOCK: usize = 4096;
-
 /// Every 4 KiB block carries "v<version> block <i>" and filler.
 fn stamped(version: u32) -> Vec<u8> {
-    let mut out = pattern(SIZE, 1000 + u64::from(version));
-    for (i, block) in out.chunks_mut(BLOCK).enumerate() {
-        let stamp = format!("v{version} block {i:08}");
-        block[..stamp.len()].copy_from_slice(stamp.as_bytes());
-    }
-    out
+    stamps::stamped(SIZE, 1000, version)
 }
 
 /// Starts a slow refresh (2 MiB/s) of `file` in-process.
@@ -56,12 +50,7 @@ fn write_stamps(dir: &Path, file: &Path) -> Duration {
 }
 
 fn lost_stamps(file: &Path) -> usize {
-    let now = std::fs::read(file).unwrap();
-    let want = stamped(1);
-    now.chunks(BLOCK)
-        .zip(want.chunks(BLOCK))
-        .filter(|(a, b)| a != b)
-        .count()
+    stamps::lost(file, &stamped(1))
 }
 
 #[test]

@@ -219,15 +219,8 @@ fn outage(silent: bool) {
     let log = daemons[holder].log();
     let skip = resumed_at(&log).unwrap_or_else(|| panic!("no resume:\n{log}"));
     assert!(skip >= 8 << 20, "resumed at {skip}");
-    for (d, m) in daemons.iter().zip(&members) {
-        // No byte before a checkpoint written twice.
-        assert_eq!(refreshed(d), m.bytes(), "{}", d.log());
-    }
-    assert_eq!(most_at_once(&daemons), 1, "one at a time");
-    drop(daemons);
-    for m in &members {
-        m.unchanged();
-    }
+    // No byte before a checkpoint written twice.
+    each_exactly_once_one_at_a_time(daemons, &members);
 }
 
 /// A member of the etcd cluster is down: the client uses the others.
@@ -286,14 +279,7 @@ fn privileged_fleet_a_cluster_member_dies_mid_refresh() {
             .all(|d| d.log().contains("etcd session lost")),
         "the dead member was the one they talked to"
     );
-    for (d, m) in daemons.iter().zip(&members) {
-        assert_eq!(refreshed(d), m.bytes(), "{}", d.log());
-    }
-    assert_eq!(most_at_once(&daemons), 1, "one at a time");
-    drop(daemons);
-    for m in &members {
-        m.unchanged();
-    }
+    each_exactly_once_one_at_a_time(daemons, &members);
 }
 
 /// A daemon that stops cleanly (SIGTERM) revokes its lease: the next drive

@@ -16,6 +16,7 @@ pub mod assets;
 pub mod kernel;
 pub mod nspawn;
 pub mod oneshot;
+pub mod stamps;
 pub use oneshot::*;
 
 /// The `refreshctl` binary. It is another package of the workspace, so

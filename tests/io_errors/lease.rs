@@ -5,15 +5,8 @@
 use super::*;
 
 const LIVE: usize = 16 * MIB;
-const BLOCK: usize = 4096;
-
 fn stamped(version: u32) -> Vec<u8> {
-    let mut out = pattern(LIVE, 500 + u64::from(version));
-    for (i, block) in out.chunks_mut(BLOCK).enumerate() {
-        let stamp = format!("v{version} block {i:08}");
-        block[..stamp.len()].copy_from_slice(stamp.as_bytes());
-    }
-    out
+    crate::helpers::stamps::stamped(LIVE, 500, version)
 }
 
 /// Another process, outside the write limit, opens the file (waiting for
@@ -49,12 +42,7 @@ fn writer_outside_the_limit(dir: &Path, file: &Path) -> Duration {
 }
 
 fn lost_stamps(file: &Path) -> usize {
-    let now = std::fs::read(file).unwrap();
-    let want = stamped(1);
-    now.chunks(BLOCK)
-        .zip(want.chunks(BLOCK))
-        .filter(|(a, b)| a != b)
-        .count()
+    crate::helpers::stamps::lost(file, &stamped(1))
 }
 
 /// A refresh whose writes the device serves at 2 MiB/s, with the lease
