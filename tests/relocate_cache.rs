@@ -6,6 +6,7 @@
 use std::fs::File;
 use std::os::fd::AsFd;
 
+use crate::helpers::kernel::DamonPaused;
 use crate::helpers::*;
 use refreshd::io::syscalls;
 
@@ -41,8 +42,10 @@ fn privileged_relocation_keeps_the_applications_cached_pages() {
 /// One round; `Err` when another process dropped the caches, or memory
 /// reclaim took cached pages, meanwhile.
 fn relocation_keeps_cached_pages(kind: &'static str) -> Result<(), String> {
-    // No test of this binary drops the caches while this one measures.
+    // No test of this binary drops the caches while this one measures,
+    // nor does the host's reclaim.
     let _cache = page_cache_lock();
+    let _damon = DamonPaused::new();
     {
         let fs = LoopFs::new(kind, 512);
         // On another filesystem than the refresh's: on btrfs a witness
@@ -128,6 +131,7 @@ fn privileged_relocation_of_a_file_cached_in_large_folios() {
 /// One round; `Err` when something else emptied the page cache meanwhile.
 fn large_folios_relocated(kind: &'static str) -> Result<(), String> {
     let _cache = page_cache_lock();
+    let _damon = DamonPaused::new();
     let fs = LoopFs::new(kind, 256);
     let outside = tempfile::tempdir_in("/var/tmp").unwrap();
     let witness = outside.path().join("witness");

@@ -1,6 +1,7 @@
-//! Guards for kernel state that tests change: a sysctl (restored on drop)
-//! and a block-I/O write limit for this test process (a cgroup, removed on
-//! drop, the process moved back first). Both also on panic.
+//! Guards for kernel state that tests change: a sysctl (restored on drop),
+//! a block-I/O write limit for this test process (a cgroup, removed on
+//! drop, the process moved back first) and the host's DAMON reclaim
+//! (paused, started again on drop). All also on panic.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,42 @@ impl Sysctl {
 impl Drop for Sysctl {
     fn drop(&mut self) {
         let _ = fs::write(&self.path, self.old.trim());
+    }
+}
+
+/// The host's DAMON monitors paused while held. This VM runs a DAMON
+/// `pageout` scheme (`/sys/kernel/mm/damon/admin/kdamonds/*`) that reclaims
+/// page cache in physical regions it judges cold — pages read a moment
+/// ago included, when they landed in such a region. A test that measures
+/// which pages refreshd leaves cached pauses it, so that only refreshd
+/// and the test touch the cache; the monitors are started again (with the
+/// parameters still in sysfs) on drop.
+pub struct DamonPaused {
+    paused: Vec<PathBuf>,
+}
+
+impl DamonPaused {
+    pub fn new() -> DamonPaused {
+        let mut paused = vec![];
+        let dirs = fs::read_dir("/sys/kernel/mm/damon/admin/kdamonds")
+            .into_iter()
+            .flatten();
+        for dir in dirs.flatten() {
+            let state = dir.path().join("state");
+            let on = fs::read_to_string(&state).is_ok_and(|s| s.trim() == "on");
+            if on && fs::write(&state, "off").is_ok() {
+                paused.push(state);
+            }
+        }
+        DamonPaused { paused }
+    }
+}
+
+impl Drop for DamonPaused {
+    fn drop(&mut self) {
+        for state in &self.paused {
+            let _ = fs::write(state, "on");
+        }
     }
 }
 

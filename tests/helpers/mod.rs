@@ -115,6 +115,8 @@ impl LoopFs {
         }
         let out = run(cmd.arg(&img));
         let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        // A reused loop device keeps the scheduler a benchmark gave it.
+        testbed::host::pin_queue(&dev).unwrap();
         let mnt = dir.path().join("mnt");
         fs::create_dir(&mnt).unwrap();
         // From here on Drop cleans up.
