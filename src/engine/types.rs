@@ -55,6 +55,31 @@ pub enum IoPriority {
     Inherit,
 }
 
+/// How an engine paces itself: the one struct that carries the pacing
+/// settings from the configuration file (or the command line) to the
+/// pacer, in their own units.
+#[derive(Debug, Clone, Copy)]
+pub struct PaceSettings {
+    /// Bytes per second at most (`None`: unthrottled).
+    pub rate: Option<Rate>,
+    /// Yield to other I/O on the drive, or keep `rate` always.
+    pub mode: YieldMode,
+    pub priority: IoPriority,
+    /// The rate never drops below this while yielding.
+    pub floor: Rate,
+}
+
+impl Default for PaceSettings {
+    fn default() -> Self {
+        PaceSettings {
+            rate: None,
+            mode: YieldMode::Auto,
+            priority: IoPriority::Idle,
+            floor: Rate(DEFAULT_FLOOR),
+        }
+    }
+}
+
 /// Declares the test-only switches: in a test build (`cfg(test)` or the
 /// `test-switches` feature, which only the tests' dev-dependency turns
 /// on) a struct of booleans a test sets; in any other build a unit struct

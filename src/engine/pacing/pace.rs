@@ -49,9 +49,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::engine::types::PaceSettings;
 pub use crate::engine::types::DEFAULT_FLOOR;
 use crate::engine::types::{IoPriority, YieldMode};
-use crate::units::Rate;
 
 mod blind;
 mod control;
@@ -107,31 +107,6 @@ pub fn write_ioprio(priority: IoPriority, thread_default: u16) -> u16 {
     match priority {
         IoPriority::Idle => IOPRIO_BE7,
         IoPriority::Inherit => thread_default,
-    }
-}
-
-/// How an engine paces itself: the one struct that carries the pacing
-/// settings from the configuration file (or the command line) to the
-/// pacer, in their own units.
-#[derive(Debug, Clone, Copy)]
-pub struct PaceSettings {
-    /// Bytes per second at most (`None`: unthrottled).
-    pub rate: Option<Rate>,
-    /// Yield to other I/O on the drive, or keep `rate` always.
-    pub mode: YieldMode,
-    pub priority: IoPriority,
-    /// The rate never drops below this while yielding.
-    pub floor: Rate,
-}
-
-impl Default for PaceSettings {
-    fn default() -> Self {
-        PaceSettings {
-            rate: None,
-            mode: YieldMode::Auto,
-            priority: IoPriority::Idle,
-            floor: Rate(DEFAULT_FLOOR),
-        }
     }
 }
 
