@@ -3,9 +3,9 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-pub use crate::engine::pacing::pace::PaceSettings;
 use crate::engine::pacing::pace::PaceStatus;
 use crate::engine::safety::journal::Journal;
+pub use crate::engine::types::PaceSettings;
 use crate::engine::types::{
     Strategy, UnsafeSwitches, DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_RELOCATE_CHUNK,
 };

@@ -111,6 +111,7 @@ impl Drive {
         for d in [fuse_dir(&dir), mnt_dir(&dir)] {
             fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
         }
+        host::warn_if_larger_than_memory(opts.size);
         let state = Arc::new(
             DiskState::in_memory(opts.size, opts.model, opts.channels, opts.month_seconds)
                 .context("creating the drive's flash (a memfd)")?,

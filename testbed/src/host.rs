@@ -129,6 +129,25 @@ pub fn pin_queue(loop_dev: &str) -> Result<()> {
     Ok(())
 }
 
+/// The flash lives in memory: says so when the drive could outgrow what
+/// the host has available (it holds what is written, not its size).
+pub fn warn_if_larger_than_memory(size: u64) {
+    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let available_kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
+    if let Some(kib) = available_kib.filter(|&kib| size > kib * 1024) {
+        eprintln!(
+            "agingssd: the drive's flash is in memory: {} MiB written to it would take {} MiB \
+             of RAM, and {} MiB are available",
+            size >> 20,
+            size >> 20,
+            kib >> 10
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,7 +58,9 @@ impl DamonPaused {
 impl Drop for DamonPaused {
     fn drop(&mut self) {
         for state in &self.paused {
-            let _ = fs::write(state, "on");
+            if let Err(e) = fs::write(state, "on") {
+                eprintln!("DAMON left off: writing on to {}: {e}", state.display());
+            }
         }
     }
 }

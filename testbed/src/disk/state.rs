@@ -1,4 +1,4 @@
-//! The disk's state: the backing file, each block's age, the model's
+//! The disk's state: the flash (a memfd), each block's age, the model's
 //! service times on the channels, faults, fade and counters.
 
 use std::fs::File;
@@ -50,7 +50,7 @@ pub struct DiskState {
 }
 
 impl DiskState {
-    pub fn new(
+    fn new(
         backing: File,
         size: u64,
         model: Model,
@@ -99,6 +99,12 @@ impl DiskState {
         let flash = File::from(fd);
         flash.set_len(size)?;
         Ok(DiskState::new(flash, size, model, channels, month_seconds))
+    }
+
+    /// Bytes of memory the flash holds now (written and not discarded).
+    pub fn flash_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        self.backing.metadata().map_or(0, |m| m.blocks() * 512)
     }
 
     /// The virtual time, in months.

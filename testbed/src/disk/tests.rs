@@ -129,7 +129,9 @@ fn writes_past_the_end_are_refused() {
 #[test]
 fn the_flash_is_sparse_memory_that_discards_give_back() {
     let s = state(None);
+    assert_eq!(s.flash_bytes(), 0, "nothing written, nothing held");
     s.write(8192, &[5u8; 8192]).unwrap();
+    assert_eq!(s.flash_bytes(), 8192);
     assert_eq!(
         s.read(0, 16384).unwrap()[..8192],
         [0u8; 8192],
@@ -139,17 +141,27 @@ fn the_flash_is_sparse_memory_that_discards_give_back() {
     s.discard(8192, 4096).unwrap();
     assert_eq!(s.read(8192, 8192).unwrap()[..4096], [0u8; 4096]);
     assert_eq!(s.read(12288, 4096).unwrap(), vec![5u8; 4096]);
+    assert_eq!(
+        s.flash_bytes(),
+        4096,
+        "the discarded block's memory is back"
+    );
 }
 
 #[test]
 fn real_io_slower_than_the_model_is_counted_as_an_overrun() {
     let s = state(None);
-    s.counters
-        .io_took(Duration::from_micros(300), Duration::from_micros(500));
+    let us = Duration::from_micros;
+    s.counters.io_took(us(300), us(500));
     let st = s.stats();
     assert_eq!((st.overruns, st.overrun_us, st.slowest_io_us), (0, 0, 300));
-    s.counters
-        .io_took(Duration::from_micros(2500), Duration::from_micros(500));
+    s.counters.io_took(us(1400), us(500));
+    assert_eq!(
+        s.stats().overruns,
+        0,
+        "within the slack: a preempted thread"
+    );
+    s.counters.io_took(us(2500), us(500));
     let st = s.stats();
     assert_eq!(
         (st.overruns, st.overrun_us, st.slowest_io_us),
