@@ -127,7 +127,10 @@ fn privileged_relocation_never_replaces_unreadable_data() {
             .into_iter()
             .find(|e| e.logical <= bad_file_off && bad_file_off < e.logical + e.length)
             .expect("extent covering the bad offset");
-        let dev_off = ext.physical + (bad_file_off - ext.logical);
+        let mut dev_off = ext.physical + (bad_file_off - ext.logical);
+        if kind == "btrfs" {
+            dev_off = btrfs_device_offset(&d.loop_dev, dev_off);
+        }
         d.fault(dev_off, 4096);
         // None of it cached: a read must reach the drive (a cached page
         // would be read and moved, and the fault never met).

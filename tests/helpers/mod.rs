@@ -366,3 +366,18 @@ pub fn drop_caches() {
     let _held = page_cache_lock();
     testbed::measure::drop_caches();
 }
+
+/// The device offset of a btrfs logical address. FIEMAP on btrfs answers
+/// in the filesystem's logical address space, which each chunk maps to
+/// the device: the same numbers for the first data chunk of a fresh
+/// filesystem, not for the next one (a fault placed at the logical
+/// address then lands in free space and is never met).
+pub fn btrfs_device_offset(dev: &str, logical: u64) -> u64 {
+    let out = run(Command::new("btrfs-map-logical").args(["-l", &logical.to_string(), dev]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .skip_while(|w| *w != "physical")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("btrfs-map-logical -l {logical} {dev}: {text}"))
+}
