@@ -117,16 +117,12 @@ impl Throttle {
     /// A throttle paced by `pacer`, at most at its configured rate.
     pub fn paced(burst: u64, pacer: Pacer) -> Throttle {
         let start = pacer.allowance().rate;
+        let configured = pacer.configured_rate();
         Throttle {
             bucket: start.map(|r| TokenBucket::new(r, burst, Duration::ZERO)),
-            ..Throttle::new(pacer.configured_rate(), burst)
+            pacer: Some(pacer),
+            ..Throttle::new(configured, burst)
         }
-        .with_pacer(pacer)
-    }
-
-    fn with_pacer(mut self, pacer: Pacer) -> Throttle {
-        self.pacer = Some(pacer);
-        self
     }
 
     /// The configured rate (what plans are sized for).
