@@ -163,7 +163,9 @@ fn three_in_a_group(max: usize) -> (usize, usize) {
         assert!(log.contains("fleet slot taken"), "{log}");
         assert!(log.contains("fleet slot released"), "{log}");
     }
-    assert!(etcd.queue("shard-7").is_empty(), "every slot given back");
+    // A ticket is dropped (and "released" logged) before the fleet task
+    // deletes its key: wait for the deletion, not for luck.
+    etcd.wait_queue_empty("shard-7", 20);
     let at_once = most_at_once(&daemons);
     drop(daemons);
     for m in &members {

@@ -268,6 +268,23 @@ impl Etcd {
         keys.sort();
         keys
     }
+
+    /// Waits until every key of `group`'s queue is deleted (every slot
+    /// given back), failing after `secs` with the keys still there.
+    pub fn wait_queue_empty(&self, group: &str, secs: u64) {
+        let t = Instant::now();
+        loop {
+            let keys = self.queue(group);
+            if keys.is_empty() {
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(secs),
+                "slots never given back: {keys:?} still queued in {group} after {secs} s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 impl Drop for Etcd {
