@@ -167,10 +167,10 @@ fn privileged_spent_daily_budget_is_degraded_budget_never_not_recovering() {
     d.age(6.0);
     d.sync().unwrap();
     let port = free_port();
-    // The ratio floor judges: a verifying round that met the testbed in
-    // one of its slow moments (rewritten data at 95 MB/s, under the
-    // default 100 MiB/s floor, seen in a full run) would call the refresh
-    // useless ("not_recovering"), which is not what this test is about.
+    // The ratio floor judges: a verifying round on an emulator starved of
+    // CPU (rewritten data read at 95 MB/s, under the default 100 MiB/s
+    // floor, seen in a loaded full run) would call the refresh useless
+    // ("not_recovering"), which is not what this test is about.
     let cfg = config(
         tmp.path(),
         &tree,

@@ -157,9 +157,11 @@ fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
         v.sort_by(f64::total_cmp);
         (v[1] + v[2]) / 2.0
     };
-    // The testbed has slow moments in a full run (a survey once read 10.2x
-    // where a reader just after read 5.1x): a survey that disagrees with
-    // the reader is run once more, and the second must agree.
+    // Under load the emulator's speed moves between the survey and the
+    // reader just after it (a survey once read 10.2x where the reader read
+    // 5.1x; that was before the flash moved to memory, and a CPU-starved
+    // emulator still drifts): a survey that disagrees with the reader is
+    // run once more, and the second must agree.
     let fresh_plain = plain(&new);
     let mut speeds = speeds;
     let agrees =
