@@ -35,10 +35,22 @@ impl Attached {
 }
 
 impl Attached {
-    /// Unmounts, keeping the loop device attached until the holder drops.
-    fn into_holder(mut self) -> Holder {
+    /// Unmounts, keeping the device number it had taken until the holder
+    /// drops: the loop device stays attached, and `anon` (for btrfs, whose
+    /// `st_dev` is an anonymous number freed at unmount) gets a tmpfs
+    /// mounted on it, which takes the lowest free anonymous number: the
+    /// one just freed, unless another test freed a lower one meanwhile.
+    fn into_holder(mut self, anon: Option<&Path>) -> Holder {
         testbed::host::unmount(&self.mnt);
-        Holder(std::mem::take(&mut self.dev))
+        let anon = anon.map(|dir| {
+            std::fs::create_dir(dir).unwrap();
+            run(Command::new("mount").args(["-t", "tmpfs", "anon"]).arg(dir));
+            dir.to_path_buf()
+        });
+        Holder {
+            dev: std::mem::take(&mut self.dev),
+            anon,
+        }
     }
 }
 
@@ -51,12 +63,19 @@ impl Drop for Attached {
     }
 }
 
-/// A loop device kept attached (its number taken), detached on drop.
-struct Holder(String);
+/// A device number kept taken: a loop device kept attached, an anonymous
+/// number held by a tmpfs; released on drop.
+struct Holder {
+    dev: String,
+    anon: Option<PathBuf>,
+}
 
 impl Drop for Holder {
     fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+        if let Some(dir) = &self.anon {
+            testbed::host::unmount(dir);
+        }
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
     }
 }
 
@@ -169,15 +188,16 @@ fn remount_keeps_history(kind: &str) {
     let other_mnt = tmp.path().join("other");
     std::fs::create_dir(&other_mnt).unwrap();
     let _placeholder = Attached::new(&placeholder_img, &other_mnt);
-    // Other tests free and take loop devices meanwhile: the old number may
-    // come back; then it is held, and the next one is taken.
+    // Other tests free and take device numbers meanwhile: the old number
+    // may come back; then it is held, and the next one is taken.
     let mut held = vec![];
     let _fs = loop {
         let a = Attached::new(&img, &mnt);
-        if st_dev(&mnt) != before_dev || held.len() == 3 {
+        if st_dev(&mnt) != before_dev || held.len() == 8 {
             break a;
         }
-        held.push(a.into_holder());
+        let anon = (kind == "btrfs").then(|| tmp.path().join(format!("anon{}", held.len())));
+        held.push(a.into_holder(anon.as_deref()));
     };
     assert_ne!(
         st_dev(&mnt),
