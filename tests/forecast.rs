@@ -7,15 +7,18 @@
 //! forecast made 6 to 12 days before the drive is declared degraded is
 //! within ±50 % of when it was.
 //!
-//! The goal is ±25 %, and it is not met. Rounds read the daemon's default
-//! budget (256 MiB) and the fresh reference is the median canary of the
-//! kept rounds; three runs (24 forecasts) were −8..−21 %, −28..−36 % and
-//! −13..−21 % of the time it took (before, 96 MiB rounds against each
-//! round's own canary: −21..+45 %, once +168 %): little spread, and early.
-//! The early bias is the model's: a power of age fitted on the rise
-//! extrapolates past the testbed's curve as it starts to level off
-//! (`tools/forecast-sim.py` puts it at −13 to −20 % for forecasts 6–12
-//! days ahead); a warning that comes a few days too soon.
+//! The goal is ±25 %, and this test asserts ±50 %: under load (the suite
+//! runs its tests side by side, `.ci/stress` adds `stress-ng`) a round's
+//! noise moves the day the drive is declared degraded by days. On a quiet
+//! machine, with the fit over the last 32 rounds, six runs had every
+//! forecast seen within ±25 %: −9..−11, −12..−15, −4..−19, −15..−17,
+//! +8..+18 % and −14..−18 % (the first five of that run's forecasts: the
+//! log kept no more) of the time it took; over the last 16 rounds, side
+//! by side, one run of five had −26 %. Under `stress-ng`, beside the
+//! suite and a second copy of this test, one run had −51 %. The early lean is the model's: a power of age
+//! fitted on the rise extrapolates past the testbed's curve as it levels
+//! off (`tools/forecast-sim.py`, which also judges the fit on eight other
+//! decay shapes); a warning that comes a few days too soon.
 
 use std::path::{Path, PathBuf};
 

@@ -92,6 +92,14 @@ impl Pacer {
         } else if ratio < AIM * 0.92 {
             self.rate = (self.rate * 1.25).min(self.full()).max(floor);
         }
+        tracing::debug!(
+            app_ms = app,
+            alone_ms = alone,
+            ratio,
+            rate_mib = self.rate / f64::from(1 << 20),
+            depth = self.depth,
+            "pacer decided"
+        );
         self.reads.restart();
         self.show(Some((app, alone)));
     }
