@@ -260,6 +260,12 @@ impl Etcd {
             "--keys-only",
             &format!("/refreshd/{group}/queue/"),
         ]);
+        // A timed-out etcdctl prints nothing: that is no empty queue.
+        assert!(
+            out.status.success(),
+            "etcdctl get {group}'s queue: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let mut keys: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter(|l| !l.is_empty())

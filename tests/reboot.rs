@@ -35,11 +35,11 @@ impl Attached {
 }
 
 impl Attached {
-    /// Unmounts, keeping the device number it had taken until the holder
-    /// drops: the loop device stays attached, and `anon` (for btrfs, whose
-    /// `st_dev` is an anonymous number freed at unmount) gets a tmpfs
-    /// mounted on it, which takes the lowest free anonymous number: the
-    /// one just freed, unless another test freed a lower one meanwhile.
+    /// Unmounts, keeping a device number taken until the holder drops: the
+    /// loop device stays attached, and `anon` (for btrfs, whose `st_dev`
+    /// is an anonymous number freed at unmount) gets a tmpfs mounted on
+    /// it, which takes the lowest free anonymous number (btrfs takes two
+    /// at mount and reports the higher, so the next mount lands higher).
     fn into_holder(mut self, anon: Option<&Path>) -> Holder {
         testbed::host::unmount(&self.mnt);
         let anon = anon.map(|dir| {

@@ -10,7 +10,8 @@ first reads 3 % slow to where it reads at half of fresh (36 steps); each
 round reads the stale data and a fresh canary with multiplicative noise
 (sigma per read). The drive is declared degraded as the daemon declares
 it: a round below half of fresh is sampled again at once, and two of the
-last three below is degraded. The forecasts made 8 to 16 steps before
+last three below is degraded (as tests/forecast.rs does, the re-sample is
+not kept as a round of points; the daemon keeps it). The forecasts made 8 to 16 steps before
 that (6 to 12 days on the testbed's test) are compared with when it
 happened, as tests/forecast.rs does.
 

@@ -13,8 +13,8 @@
 //! fresh canary. Fresh is a property of the drive, and one canary's noise
 //! would move every point of its round together: the reference is the
 //! median canary of the kept rounds (in a simulation of the testbed's
-//! model at 3 % noise per read, `tools/forecast-sim.py`, it cut the
-//! spread of 6–12-day forecasts from ±36 % to ±22 %). A bucket that reads measurably slower than that
+//! model at 3 % noise per read it cut the spread of 6–12-day forecasts
+//! from ±36 % to ±22 %). A bucket that reads measurably slower than that
 //! (excess ≥ [`MIN_EXCESS`]: below that, a round's noise is as large) is
 //! a point (its bytes' mean age, its excess). One round with data of two
 //! ages is enough; a drive whose data is all one age gets its second
@@ -40,9 +40,9 @@
 //! warning that comes too soon; one that accelerates faster than any
 //! power of age is forecast late (+78 % on the exponential): the one
 //! shape where the warning comes too late. Fits with curvature (a
-//! quadratic in log–log) removed the early bias but tripled the spread
-//! (sd 0.22–0.29 against 0.07–0.08): fewer runs within ±25 % on every
-//! shape but the exponential.
+//! quadratic in log–log, in a variant of that simulation) removed the
+//! early bias but tripled the spread (sd 0.21–0.29 against 0.07–0.08):
+//! fewer runs within ±25 % on every shape but the exponential.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -59,6 +59,9 @@ pub const MIN_EXCESS: f64 = 0.05;
 /// 32 rounds against 16 had every forecast within ±25 % in 75 % of runs
 /// against 73 % at 1 % noise per read, 57 % against 48 % at 2 %; worse
 /// only on the curve that accelerates (late by +78 % against +50 %).
+/// Those runs take a round every 1/36 of the rise to the floor (on the
+/// testbed's model, a round per 0.76 days of age); a daemon sampling every
+/// 6 h keeps 8 days of rounds, fewer days of the curve than judged there.
 pub const ROUNDS_KEPT: usize = 32;
 /// Two points tell a slope when their ages differ by this factor.
 const MIN_AGE_SPREAD: f64 = 1.02;
