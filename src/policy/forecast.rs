@@ -34,11 +34,11 @@
 //! It extrapolates, and is judged on curves it was not tuned on
 //! (`tools/forecast-sim.py`: the testbed's model, four other saturating
 //! curves, three powers of age, one exponential; 1 % noise per read):
-//! on the powers of age it is unbiased (−1..+3 %); a curve that levels
-//! off (the 840 EVO's does, near 10×) is forecast early (−12 % on the
-//! testbed's model, −45 % on one levelling off just past the floor) — a
+//! on the powers of age it is unbiased (−2..−1 %); a curve that levels
+//! off (the 840 EVO's does, near 10×) is forecast early (−13 % on the
+//! testbed's model, −38 % on one levelling off just past the floor) — a
 //! warning that comes too soon; one that accelerates faster than any
-//! power of age is forecast late (+78 % on the exponential): the one
+//! power of age is forecast late (+50 % on the exponential): the one
 //! shape where the warning comes too late. Fits with curvature (a
 //! quadratic in log–log, in a variant of that simulation) removed the
 //! early bias but tripled the spread (sd 0.21–0.29 against 0.07–0.08):
