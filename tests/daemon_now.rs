@@ -199,7 +199,6 @@ fn privileged_now_wait_exits_1_and_names_the_files_that_failed() {
     if !privileged("privileged_now_wait_exits_1_and_names_the_files_that_failed") {
         return;
     }
-    use refreshd::io::syscalls;
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let opts = testbed::DriveOptions {
         size: 512 << 20,
@@ -211,10 +210,7 @@ fn privileged_now_wait_exits_1_and_names_the_files_that_failed() {
     let files = stale_files(&tree, 3, 4, 421);
     d.sync().unwrap();
     let bad = &files[1];
-    let f = std::fs::File::open(bad).unwrap();
-    let ext = syscalls::fiemap(std::os::fd::AsFd::as_fd(&f)).unwrap()[0];
-    drop(f);
-    d.fault(ext.physical + 8192, 4096);
+    d.fault(device_offset(&d, bad, 8192), 4096);
     drop_caches();
     let port = free_port();
     let cfg = config(

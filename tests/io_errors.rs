@@ -104,17 +104,6 @@ fn privileged_relocation_unit_follows_a_low_rate() {
     assert!(std::fs::read(&f).unwrap() == data);
 }
 
-/// Device offset of file offset `off` (FIEMAP).
-fn device_offset(path: &Path, off: u64) -> u64 {
-    let f = File::open(path).unwrap();
-    let ext = refreshd::io::syscalls::fiemap(std::os::fd::AsFd::as_fd(&f))
-        .unwrap()
-        .into_iter()
-        .find(|e| e.logical <= off && off < e.logical + e.length)
-        .expect("extent covering the offset");
-    ext.physical + (off - ext.logical)
-}
-
 /// Whether another process could take a write lease now (refreshd let go
 /// of the file: no lease, no open descriptor).
 fn free_for_a_write_lease(path: &Path) -> bool {
@@ -150,7 +139,7 @@ fn privileged_write_eio_fails_the_file_and_the_next_is_refreshed() {
     set_mtime(&b, OLD, 2);
     d.sync().unwrap();
     let bad = (5 << 20) + 12288;
-    d.write_fault(device_offset(&a, bad), 8192);
+    d.write_fault(device_offset(&d, &a, bad), 8192);
     drop_caches();
 
     let engine = Engine::start(EngineConfig::default()).unwrap();

@@ -31,17 +31,9 @@ fn privileged_unreadable_range_is_reported_and_never_written() {
     d.sync().unwrap();
     let mtime = std::fs::metadata(&p).unwrap().mtime();
 
-    // Device offset of file offset 5 MiB + 12 KiB, from FIEMAP.
+    // A fault at file offset 5 MiB + 12 KiB.
     let bad_file_off: u64 = (5 << 20) + 12288;
-    let f = File::open(&p).unwrap();
-    let ext = syscalls::fiemap(std::os::fd::AsFd::as_fd(&f))
-        .unwrap()
-        .into_iter()
-        .find(|e| e.logical <= bad_file_off && bad_file_off < e.logical + e.length)
-        .expect("extent covering the bad offset");
-    drop(f);
-    let dev_off = ext.physical + (bad_file_off - ext.logical);
-    d.fault(dev_off, 8192);
+    d.fault(device_offset(&d, &p, bad_file_off), 8192);
     drop_caches();
 
     let w0 = d.stats().write_bytes;
@@ -121,17 +113,8 @@ fn privileged_relocation_never_replaces_unreadable_data() {
         write_file(&p, &data);
         d.sync().unwrap();
         let bad_file_off: u64 = (5 << 20) + 12288;
+        d.fault(device_offset(&d, &p, bad_file_off), 4096);
         let f = File::open(&p).unwrap();
-        let ext = syscalls::fiemap(std::os::fd::AsFd::as_fd(&f))
-            .unwrap()
-            .into_iter()
-            .find(|e| e.logical <= bad_file_off && bad_file_off < e.logical + e.length)
-            .expect("extent covering the bad offset");
-        let mut dev_off = ext.physical + (bad_file_off - ext.logical);
-        if kind == "btrfs" {
-            dev_off = btrfs_device_offset(&d.loop_dev, dev_off);
-        }
-        d.fault(dev_off, 4096);
         // None of it cached: a read must reach the drive (a cached page
         // would be read and moved, and the fault never met).
         uncache(&f, 8 << 20);

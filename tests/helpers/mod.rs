@@ -367,12 +367,33 @@ pub fn drop_caches() {
     testbed::measure::drop_caches();
 }
 
-/// The device offset of a btrfs logical address. FIEMAP on btrfs answers
-/// in the filesystem's logical address space, which each chunk maps to
-/// the device: the same numbers for the first data chunk of a fresh
-/// filesystem, not for the next one (a fault placed at the logical
-/// address then lands in free space and is never met).
-pub fn btrfs_device_offset(dev: &str, logical: u64) -> u64 {
+/// The testbed device offset that holds byte `off` of `path` on drive
+/// `d`: where a fault must go to be met by a read of that byte. FIEMAP
+/// gives the extent's address; on ext4 and XFS that is the device
+/// offset, on btrfs it is an address in the filesystem's logical space,
+/// which each chunk maps to the device (the same numbers for the first
+/// data chunk of a fresh filesystem, not for the next one: a fault placed
+/// at the logical address lands in free space and is never met).
+pub fn device_offset(d: &testbed::Drive, path: &Path, off: u64) -> u64 {
+    let f = std::fs::File::open(path).unwrap();
+    let ext = refreshd::io::syscalls::fiemap(std::os::fd::AsFd::as_fd(&f))
+        .unwrap()
+        .into_iter()
+        .find(|e| e.logical <= off && off < e.logical + e.length)
+        .unwrap_or_else(|| panic!("no extent of {} covers offset {off}", path.display()));
+    let addr = ext.physical + (off - ext.logical);
+    let fs = rustix::fs::fstatfs(&f).unwrap();
+    if fs.f_type as u64 == BTRFS_SUPER_MAGIC {
+        btrfs_device_offset(&d.loop_dev, addr)
+    } else {
+        addr
+    }
+}
+
+const BTRFS_SUPER_MAGIC: u64 = 0x9123_683e;
+
+/// The device offset of a btrfs logical address (`btrfs-map-logical`).
+fn btrfs_device_offset(dev: &str, logical: u64) -> u64 {
     let out = run(Command::new("btrfs-map-logical").args(["-l", &logical.to_string(), dev]));
     let text = String::from_utf8_lossy(&out.stdout);
     text.split_whitespace()
