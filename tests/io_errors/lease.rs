@@ -22,7 +22,9 @@ fn writer_outside_the_limit(dir: &Path, file: &Path, may_collide: bool) -> Durat
     let mut dd = Command::new("dd");
     dd.arg(format!("if={}", stamps.display()))
         .arg(format!("of={}", file.display()))
-        .args(["bs=1M", "conv=notrunc,fsync", "status=none"]);
+        .args(["bs=1M", "conv=notrunc,fsync", "status=none"])
+        // Its messages in the C locale: the failure is recognised by text.
+        .env("LC_ALL", "C");
     // SAFETY: the closure runs in the child between fork and exec and only
     // makes raw syscalls (open/write/close) on a path prepared before.
     unsafe {
