@@ -136,12 +136,49 @@ fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
         speeds[0] > speeds[2] && speeds[1] > speeds[2] && speeds[2] > speeds[3],
         "speed should fall with age: {speeds:?}"
     );
-    // Small-read latency at 0 and 1.2 months differs by ~1.4x in the model,
-    // within scheduling noise on a loaded 2-core VM: order the buckets
-    // that differ clearly (0, 2.5, 6 months).
+    // Small-read latency: the survey orders the buckets as a plain reader
+    // of the same files, just after, sees them — every pair the reader
+    // puts 1.3x apart (quiet: 0 < 2.5 < 6 months; 0 and 1.2 differ by
+    // ~1.4x in the model, less with the emulator's fixed cost). Under
+    // `stress-ng --cpu 2` the emulator's scheduling adds milliseconds to
+    // every 4 KiB read (a survey once measured p50 2.1, 4.0, 3.7 and 2.3
+    // ms at 0, 1.2, 2.5 and 6 months): what the reader still sees apart,
+    // the survey must order; a survey that disagrees is run once more,
+    // as for the speeds below, and the second must agree.
+    let reader_p50 = |paths: &[PathBuf]| -> f64 {
+        let mut v: Vec<f64> = paths
+            .iter()
+            .zip(1..)
+            .map(|(p, seed)| testbed::measure::random_reads(p, 64, seed).unwrap().p50)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        (v[1] + v[2]) / 2.0
+    };
+    let read_lat: Vec<f64> = [&new, &one, &two, &six]
+        .iter()
+        .map(|g| reader_p50(g))
+        .collect();
+    let apart: Vec<(usize, usize)> = (0..4)
+        .flat_map(|i| (i + 1..4).map(move |j| (i, j)))
+        .filter(|&(i, j)| read_lat[j] >= 1.3 * read_lat[i])
+        .collect();
+    eprintln!("latency p50: survey {lat:?}, reader {read_lat:?}, apart {apart:?}");
+    let ordered = |lat: &[f64]| apart.iter().all(|&(i, j)| lat[i] < lat[j]);
+    let lat = if ordered(&lat) {
+        lat
+    } else {
+        let again = survey(&["--stale-after", "45d", "--sample-bytes", "96MiB"], &d.mnt);
+        ages.iter()
+            .map(|(l, _)| {
+                bucket(&again, l)["measured"]["latency_ms"]["p50"]
+                    .as_f64()
+                    .unwrap()
+            })
+            .collect()
+    };
     assert!(
-        lat[0] < lat[2] && lat[2] < lat[3],
-        "latency should rise with age: {lat:?}"
+        ordered(&lat),
+        "latency should rise with age as a reader sees it: survey {lat:?}, reader {read_lat:?}"
     );
     // And by as much as a plain reader sees, side by side in the same run:
     // fresh/aged speed within 35 % of 1 MiB O_DIRECT reads, 8 at once, of
