@@ -41,8 +41,7 @@
 //! ours in flight made 3 % of the application's reads wait for a channel
 //! (p99 2.2–2.4× alone) and its mean ~8 % longer, within the aim; held to
 //! one request, the same cell measured mean 1.04× and p99 1.03× at 11.4
-//! MiB/s in one run, 1.01× and 0.96× at 11.6 MiB/s in another (the best
-//! fixed rate within 1.2×: 4 MiB/s; docs/benchmarks.md). On a drive with
+//! MiB/s (the best fixed rate within 1.2×: 4 MiB/s). On a drive with
 //! channels to spare another request costs nothing and stays. The floor
 //! raises the depth whatever it costs.
 //!
@@ -146,7 +145,7 @@ pub struct Allowance {
     /// Whether `depth` bounds our writes too, not only our reads. While
     /// the drive is shared it does: a write holds one of the drive's
     /// channels as a read does.
-    pub depth_bounds_writes: bool,
+    pub writes_count: bool,
 }
 
 /// Where the pacer stands.
@@ -158,15 +157,6 @@ enum Phase {
     Learning { until: Duration },
     /// The application reads: the rate is the controller's.
     Sharing,
-}
-
-/// One more request in flight, on trial until the next decision.
-#[derive(Debug, Clone, Copy)]
-struct DepthTrial {
-    /// The depth before.
-    before: usize,
-    /// The application's latency ratio at it.
-    ratio_before: f64,
 }
 
 /// The controller. Time is passed in, so it is tested without sleeping.
@@ -194,11 +184,11 @@ pub struct Pacer {
     progress: (Duration, u64),
     /// The application's latency ratio at the last decision.
     last_ratio: Option<f64>,
-    /// A depth raised for more rate, on trial.
-    depth_trial: Option<DepthTrial>,
-    /// More than this depth cost the application (until it is learned
-    /// again).
-    depth_ceiling: Option<usize>,
+    /// A depth raised for more rate, on trial: the depth before, and the
+    /// ratio the application had at it.
+    depth_trial: Option<(usize, f64)>,
+    /// More than this depth cost the application; until when.
+    depth_ceiling: Option<(usize, Duration)>,
     /// Reads run best-effort: idle-class reads did not reach the floor.
     raised: bool,
     floor_check: (Duration, u64),
@@ -322,7 +312,7 @@ impl Pacer {
             rate: self.configured_rate(),
             depth: self.max_depth,
             request: None,
-            depth_bounds_writes: false,
+            writes_count: false,
         };
         if self.cfg.mode == YieldMode::Off {
             return configured;
@@ -337,7 +327,7 @@ impl Pacer {
                 rate: Some(1),
                 depth: 0,
                 request: Some(MIN_REQUEST),
-                depth_bounds_writes: true,
+                writes_count: true,
             },
             Phase::Sharing => {
                 let rate = self.rate.min(self.full()).max(self.floor() as f64);
@@ -346,7 +336,7 @@ impl Pacer {
                     rate: Some(rate as u64),
                     depth: self.depth,
                     request: Some(request / 4096 * 4096),
-                    depth_bounds_writes: true,
+                    writes_count: true,
                 }
             }
         }

@@ -159,7 +159,7 @@ impl Throttle {
                 rate: self.rate,
                 depth: usize::MAX,
                 request: None,
-                depth_bounds_writes: false,
+                writes_count: false,
             },
             Pacer::allowance,
         )
