@@ -60,6 +60,13 @@ fn mbps(b: &Value) -> f64 {
     b["measured"]["throughput"]["p50"].as_f64().unwrap() / 1e6
 }
 
+/// The mean of the middle two of four measurements (one per file).
+fn middle_of_four(mut v: Vec<f64>) -> f64 {
+    assert_eq!(v.len(), 4, "one measurement per file of a group of four");
+    v.sort_by(f64::total_cmp);
+    (v[1] + v[2]) / 2.0
+}
+
 #[test]
 fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
     if !privileged("privileged_survey_finds_aged_drive_degraded_plans_and_recovers") {
@@ -120,14 +127,16 @@ fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
     // Buckets order by speed and latency as the model predicts.
     let ages = [("0-1", 0.0), ("1-2", 1.2), ("2-3", 2.5), ("6-7", 6.0)];
     let speeds: Vec<f64> = ages.iter().map(|(l, _)| mbps(bucket(&r, l))).collect();
-    let lat: Vec<f64> = ages
-        .iter()
-        .map(|(l, _)| {
-            bucket(&r, l)["measured"]["latency_ms"]["p50"]
-                .as_f64()
-                .unwrap()
-        })
-        .collect();
+    let latencies = |r: &serde_json::Value| -> Vec<f64> {
+        ages.iter()
+            .map(|(l, _)| {
+                bucket(r, l)["measured"]["latency_ms"]["p50"]
+                    .as_f64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let lat = latencies(&r);
     // As for latency below: 0 and 1.2 months differ little in the model
     // and swap places under load on this 2-core machine (seen with a
     // benchmark running beside the tests); every pair the model separates
@@ -146,13 +155,13 @@ fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
     // the survey must order; a survey that disagrees is run once more,
     // as for the speeds below, and the second must agree.
     let reader_p50 = |paths: &[PathBuf]| -> f64 {
-        let mut v: Vec<f64> = paths
-            .iter()
-            .zip(1..)
-            .map(|(p, seed)| testbed::measure::random_reads(p, 64, seed).unwrap().p50)
-            .collect();
-        v.sort_by(f64::total_cmp);
-        (v[1] + v[2]) / 2.0
+        middle_of_four(
+            paths
+                .iter()
+                .zip(1..)
+                .map(|(p, seed)| testbed::measure::random_reads(p, 64, seed).unwrap().p50)
+                .collect(),
+        )
     };
     let read_lat: Vec<f64> = [&new, &one, &two, &six]
         .iter()
@@ -167,14 +176,10 @@ fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
     let lat = if ordered(&lat) {
         lat
     } else {
-        let again = survey(&["--stale-after", "45d", "--sample-bytes", "96MiB"], &d.mnt);
-        ages.iter()
-            .map(|(l, _)| {
-                bucket(&again, l)["measured"]["latency_ms"]["p50"]
-                    .as_f64()
-                    .unwrap()
-            })
-            .collect()
+        latencies(&survey(
+            &["--stale-after", "45d", "--sample-bytes", "96MiB"],
+            &d.mnt,
+        ))
     };
     assert!(
         ordered(&lat),
@@ -187,12 +192,12 @@ fn privileged_survey_finds_aged_drive_degraded_plans_and_recovers() {
     // its model, 9.9x for 5.3x at 2.5 months, and the survey must still
     // agree with what a reader measures now.)
     let plain = |paths: &[PathBuf]| -> f64 {
-        let mut v: Vec<f64> = paths
-            .iter()
-            .map(|p| testbed::measure::bulk_read_parallel(p, 8).unwrap())
-            .collect();
-        v.sort_by(f64::total_cmp);
-        (v[1] + v[2]) / 2.0
+        middle_of_four(
+            paths
+                .iter()
+                .map(|p| testbed::measure::bulk_read_parallel(p, 8).unwrap())
+                .collect(),
+        )
     };
     // Under load the emulator's speed moves between the survey and the
     // reader just after it (a survey once read 10.2x where the reader read
