@@ -11,8 +11,11 @@
 //! 2. `IN_MODIFY` (what `touch -m` raises, as a write does) while no
 //!    write of refreshd's was submitted since its last look (a write's
 //!    event is queued before its completion is reaped): not its own.
-//! 3. Times that moved with mtime ≠ ctime: a write sets both to one value;
-//!    an explicit mtime (`touch -m -d`) does not.
+//! 3. Times that moved with mtime ≠ ctime, looked at while no write of
+//!    refreshd's is in flight: a write sets both to one value; an explicit
+//!    mtime (`touch -m -d`) does not. (A write in flight can be seen half
+//!    done: the kernel stores ctime, then mtime, and a `stat` between sees
+//!    them differ — about 1 in 8,000 beside a writing thread.)
 //!
 //! A change seen before refreshd's next write (checked right before each
 //! submission) is captured with the times it left: at the end those are
@@ -30,7 +33,6 @@
 //! watch per file, removed when the file is done.
 
 use std::io;
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
@@ -123,18 +125,28 @@ struct Events {
 }
 
 impl AttrWatch<'_> {
+    /// The events queued when called (and any that arrive with them in
+    /// the same reads): a writer faster than this loop cannot keep it here.
     fn events(&mut self) -> Events {
-        let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
         let mut n = Events::default();
-        let mut reader = inotify::Reader::new(self.inotify, &mut buf);
-        // WOULDBLOCK: drained; another error: nothing more can be told.
-        while let Ok(e) = reader.next() {
-            let flags = e.events();
-            if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
-                n.attrib += 1; // something was lost: assume the worst
-            } else if e.wd() == self.wd {
-                n.attrib += u64::from(flags.contains(ReadFlags::ATTRIB));
-                n.modify += u64::from(flags.contains(ReadFlags::MODIFY));
+        let mut queued = rustix::io::ioctl_fionread(self.inotify).unwrap_or(1);
+        let mut buf = [0u8; 4096];
+        while queued > 0 {
+            // WOULDBLOCK: drained; another error: nothing more can be told.
+            let Ok(len) = rustix::io::read(self.inotify, &mut buf) else {
+                break;
+            };
+            if len == 0 {
+                break;
+            }
+            queued = queued.saturating_sub(len as u64);
+            for (wd, flags) in parse_events(&buf[..len]) {
+                if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+                    n.attrib += 1; // something was lost: assume the worst
+                } else if wd == self.wd {
+                    n.attrib += u64::from(flags.contains(ReadFlags::ATTRIB));
+                    n.modify += u64::from(flags.contains(ReadFlags::MODIFY));
+                }
             }
         }
         n
@@ -169,7 +181,9 @@ impl AttrWatch<'_> {
         if let Some(st) = now {
             let m = Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec);
             let c = Timestamp::from_stat(st.st_ctime, st.st_ctime_nsec);
-            if (m, c) != self.taken && m != c && !self.seen {
+            // Rule 3 only while quiet: a write of ours in flight may be
+            // seen half done (ctime stored, mtime not yet).
+            if self.quiet && (m, c) != self.taken && m != c && !self.seen {
                 self.seen = true; // rule 3
                 self.foreign += 1;
             }
@@ -245,6 +259,21 @@ impl AttrWatch<'_> {
         self.seen |= others;
         others
     }
+}
+
+/// (watch, flags) of each `struct inotify_event` in `buf` (whole events:
+/// the kernel never splits one across reads).
+fn parse_events(buf: &[u8]) -> impl Iterator<Item = (i32, ReadFlags)> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let head = buf.get(at..at + 16)?;
+        let word = |i: usize| [head[i], head[i + 1], head[i + 2], head[i + 3]];
+        let wd = i32::from_ne_bytes(word(0));
+        let mask = u32::from_ne_bytes(word(4));
+        let name_len = u32::from_ne_bytes(word(12)) as usize;
+        at += 16 + name_len;
+        Some((wd, ReadFlags::from_bits_retain(mask)))
+    })
 }
 
 impl Drop for AttrWatch<'_> {
