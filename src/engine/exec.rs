@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 pub use outcome::{ExecError, ExecParams, ExecResult};
 
+use crate::engine::pacing::pace::Allowance;
 use crate::engine::pacing::throttle::Throttle;
 use crate::engine::safety::lease::WriteWindow;
 use crate::engine::safety::plan::Chunk;
@@ -124,8 +125,11 @@ impl Exec<'_, '_> {
             let mut wait = POLL;
             throttle.tick();
             if self.running() {
-                self.start_reads(throttle, watch);
+                // Writes first: data read is written before more is read
+                // (when the depth counts both, a read would take the
+                // place of the write that frees its buffer).
                 wait = self.start_writes(throttle, watch);
+                self.start_reads(throttle, watch);
             }
             if !self.running() {
                 // Data read but not yet written is simply dropped.
@@ -172,13 +176,19 @@ impl Exec<'_, '_> {
         }
     }
 
-    /// Reads of ours at the device: what the pacer's depth bounds (old
-    /// data reads slowly and queues; writes of fresh data are quick, and
-    /// the write window bounds them). Writes still overlap reads.
-    fn busy(&self) -> usize {
+    /// Requests of ours at the device that the pacer's depth bounds: our
+    /// reads (old data reads slowly and queues), and our writes too while
+    /// the drive is shared ([`Allowance::writes_count`]). Alone, writes of
+    /// fresh data are quick and overlap reads; the write window bounds
+    /// them.
+    fn busy(&self, allow: &Allowance) -> usize {
         self.slots
             .iter()
-            .filter(|s| matches!(s, Slot::Reading(_) | Slot::Verifying { .. }))
+            .filter(|s| match s {
+                Slot::Reading(_) | Slot::Verifying { .. } => true,
+                Slot::Writing { .. } => allow.writes_count,
+                _ => false,
+            })
             .count()
     }
 
@@ -187,7 +197,7 @@ impl Exec<'_, '_> {
     fn start_reads(&mut self, throttle: &Throttle, watch: &mut dyn Watch) {
         let allow = throttle.allowance();
         while let Some(&next) = self.pending.front() {
-            if self.busy() >= allow.depth {
+            if self.busy(&allow) >= allow.depth {
                 return;
             }
             let Some(s) = self.slots.iter().position(|s| matches!(s, Slot::Free)) else {
@@ -232,7 +242,11 @@ impl Exec<'_, '_> {
     /// Writes follow, in order, as the budget and the write window allow.
     /// Returns how long to wait for more budget.
     fn start_writes(&mut self, throttle: &mut Throttle, watch: &mut dyn Watch) -> Duration {
+        let allow = throttle.allowance();
         while let Some(&s) = self.held.front() {
+            if allow.writes_count && self.busy(&allow) >= allow.depth {
+                return POLL;
+            }
             let Slot::Held(ci, hash) = self.slots[s] else {
                 self.fail(internal("held buffer in another state"));
                 return POLL;

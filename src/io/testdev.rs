@@ -43,6 +43,8 @@ pub struct MemDevice {
     /// test can read it while a ring owns the device.
     pub writes: WriteLog,
     pub seq: Arc<std::sync::atomic::AtomicU64>,
+    /// The most requests it has held at once.
+    pub peak: Arc<std::sync::atomic::AtomicUsize>,
     pub order: Order,
     /// Corrupt this many writes (a device that drops writes).
     pub corrupt_writes: usize,
@@ -67,6 +69,7 @@ impl MemDevice {
             pending: VecDeque::new(),
             writes: WriteLog::default(),
             seq: Arc::default(),
+            peak: Arc::default(),
             order: Order::Fifo,
             corrupt_writes: 0,
             submits: 0,
@@ -169,6 +172,8 @@ impl IoBackend for MemDevice {
                 .push((n, req.fd, r));
         }
         self.pending.push_back(req);
+        self.peak
+            .fetch_max(self.pending.len(), std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
     fn wait(&mut self, _timeout: Duration) -> io::Result<Option<Completion>> {

@@ -96,10 +96,20 @@ fn bytes_of(disk: &Disk, fd: i32) -> Vec<u8> {
 
 /// Runs the executor on file `FD` of `ring`.
 fn run_on(ring: &mut Ring, watch: &mut TestWatch, p: ExecParams, len: u64) -> ExecResult {
+    run_throttled(ring, watch, p, len, Throttle::new(None, CHUNK))
+}
+
+/// [`run_on`] under `throttle`.
+fn run_throttled(
+    ring: &mut Ring,
+    watch: &mut TestWatch,
+    p: ExecParams,
+    len: u64,
+    mut throttle: Throttle,
+) -> ExecResult {
     // SAFETY: a fake fd for the in-memory device; never passed to the kernel.
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(FD) };
     let mut io = ring.file(fd).expect("handle");
-    let mut throttle = Throttle::new(None, CHUNK);
     let mut bytes = 0;
     let r = run_direct(&mut io, &chunks(len), &mut throttle, watch, p, &mut |n| {
         bytes += n
@@ -310,6 +320,44 @@ fn under_a_lease_one_write_is_in_flight_until_the_device_is_measured() {
     assert!(r.error.is_none());
     assert_eq!(r.written, 64 * 1024);
     assert_eq!(bytes_of(&disk, FD), data);
+}
+
+/// While the drive is shared the pacer's depth counts our writes too: at
+/// depth 1 the drive holds one request of ours at a time, a read or a
+/// write. Switched off (writes beside reads, as when alone), a write and
+/// the next read are at the drive together.
+#[test]
+fn a_shared_drive_holds_one_request_of_ours_at_depth_one() {
+    use crate::engine::pacing::pace::Allowance;
+    for writes_count in [true, false] {
+        let data = pattern(64 * 1024, 0);
+        let (dev, disk) = device(&data);
+        let (seq, peak) = (dev.seq.clone(), dev.peak.clone());
+        let mut ring = Ring::new(Box::new(dev), Default::default());
+        let shared = Allowance {
+            rate: None,
+            depth: 1,
+            request: None,
+            writes_count,
+        };
+        let throttle = Throttle::new(None, CHUNK).forcing(shared);
+        let r = run_throttled(
+            &mut ring,
+            &mut watch(&seq, None),
+            params(),
+            64 * 1024,
+            throttle,
+        );
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(r.written, 64 * 1024);
+        assert_eq!(bytes_of(&disk, FD), data);
+        let most = peak.load(Ordering::SeqCst);
+        if writes_count {
+            assert_eq!(most, 1, "one request of ours at a time");
+        } else {
+            assert!(most >= 2, "switched off, a read beside a write: {most}");
+        }
+    }
 }
 
 #[test]

@@ -100,6 +100,9 @@ pub struct Throttle {
     rate: Option<u64>,
     burst: u64,
     pacer: Option<Pacer>,
+    /// What [`Throttle::allowance`] says, whatever the pacer would.
+    #[cfg(test)]
+    forced: Option<Allowance>,
 }
 
 impl Throttle {
@@ -111,6 +114,17 @@ impl Throttle {
             rate,
             burst,
             pacer: None,
+            #[cfg(test)]
+            forced: None,
+        }
+    }
+
+    /// A throttle whose allowance is `a` (tests of the executor).
+    #[cfg(test)]
+    pub fn forcing(self, a: Allowance) -> Throttle {
+        Throttle {
+            forced: Some(a),
+            ..self
         }
     }
 
@@ -136,11 +150,16 @@ impl Throttle {
 
     /// What may run now: requests in flight and their largest size.
     pub fn allowance(&self) -> Allowance {
+        #[cfg(test)]
+        if let Some(a) = self.forced {
+            return a;
+        }
         self.pacer.as_ref().map_or(
             Allowance {
                 rate: self.rate,
                 depth: usize::MAX,
                 request: None,
+                writes_count: false,
             },
             Pacer::allowance,
         )

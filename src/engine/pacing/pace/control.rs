@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use super::{latency, Pacer, Phase, Yielding, AIM, DECIDE, LEARN, QUIET, RELEARN, TICK};
+use super::{
+    latency, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, LEARN, QUIET, RELEARN, TICK,
+};
 use crate::io::account::OwnDone;
 
 impl Pacer {
@@ -29,7 +31,7 @@ impl Pacer {
                 self.start_learning(now)
             }
             Phase::Sharing => {
-                self.keep_the_floor(elapsed, own);
+                self.keep_the_floor(now, elapsed, own);
                 if now >= self.decided + DECIDE {
                     self.decide(now);
                 }
@@ -40,6 +42,7 @@ impl Pacer {
 
     pub(super) fn start_learning(&mut self, now: Duration) {
         self.phase = Phase::Learning { until: now + LEARN };
+        self.forget_depth_trials();
         self.learned = (0, 0.0);
         self.reads.restart();
     }
@@ -85,6 +88,7 @@ impl Pacer {
             return;
         };
         let ratio = app / alone.max(0.001);
+        self.judge_depth_trial(now, ratio);
         let floor = self.floor() as f64;
         if ratio > AIM {
             self.rate = (self.rate * (AIM / ratio).max(0.5)).max(floor);
@@ -105,9 +109,10 @@ impl Pacer {
     }
 
     /// Sharing: if the rate's bytes are not read (one request at a time is
-    /// too few for an aged drive), one more in flight; and the floor is
-    /// kept whatever the latency says.
-    fn keep_the_floor(&mut self, elapsed: Duration, own: &OwnDone) {
+    /// too few for an aged drive), one more in flight, on trial (see
+    /// [`Pacer::judge_depth_trial`]); and the floor is kept whatever the
+    /// latency says.
+    fn keep_the_floor(&mut self, now: Duration, elapsed: Duration, own: &OwnDone) {
         if own.reads.is_empty() && self.own.reads_in_flight() == 0 {
             return;
         }
@@ -115,17 +120,65 @@ impl Pacer {
         self.progress.1 += own.reads.iter().map(|r| r.0).sum::<u64>();
         let (span, bytes) = self.progress;
         if span >= Duration::from_secs(1) {
-            let want = self.rate.max(self.floor() as f64) * span.as_secs_f64() * 0.8;
-            if (bytes as f64) < want {
+            let short_of = |rate: f64| (bytes as f64) < rate * span.as_secs_f64() * 0.8;
+            let capped = self
+                .depth_ceiling
+                .is_some_and(|(d, until)| now < until && self.depth >= d);
+            if short_of(self.floor() as f64) {
+                // The floor is a promise: no trial.
                 self.depth = (self.depth + 1).min(self.max_depth.max(1));
+            } else if short_of(self.rate) && !capped {
+                self.try_more_depth(now);
             }
             self.progress = (Duration::ZERO, 0);
         }
     }
 
+    /// One more request in flight; the next decision judges what it
+    /// cost the application (a window of its reads at the new depth).
+    fn try_more_depth(&mut self, now: Duration) {
+        let next = (self.depth + 1).min(self.max_depth.max(1));
+        if next == self.depth {
+            return;
+        }
+        if let Some(ratio) = self.last_ratio {
+            self.depth_trial = Some((self.depth, ratio));
+            self.decided = now;
+            self.reads.restart();
+        }
+        self.depth = next;
+    }
+
+    /// A depth on trial is kept if the application's latency did not
+    /// rise by more than [`DEPTH_COST`] of its latency alone; otherwise
+    /// the depth goes back, and stays there until the application's
+    /// latency is learned again.
+    fn judge_depth_trial(&mut self, now: Duration, ratio: f64) {
+        if let Some((before, was)) = self.depth_trial.take() {
+            if ratio - was > DEPTH_COST {
+                tracing::debug!(
+                    depth = self.depth,
+                    ratio,
+                    before = was,
+                    "more depth cost the application: back to {before}"
+                );
+                self.depth = before;
+                self.depth_ceiling = Some((before, now + RELEARN));
+            }
+        }
+        self.last_ratio = Some(ratio);
+    }
+
+    fn forget_depth_trials(&mut self) {
+        self.last_ratio = None;
+        self.depth_trial = None;
+        self.depth_ceiling = None;
+    }
+
     pub(super) fn leave_sharing(&mut self) {
         self.phase = Phase::Alone;
         self.depth = 1;
+        self.forget_depth_trials();
         self.progress = (Duration::ZERO, 0);
         self.status.set(None);
     }

@@ -225,6 +225,73 @@ fn one_more_read_in_flight_when_one_at_a_time_misses_the_rate() {
     assert!(r.pacer.allowance().depth > 1, "{:?}", r.pacer.allowance());
 }
 
+/// Ticks for `d`, sharing: we read 512 KiB per tick (5 MiB/s: above the
+/// floor, below a rate grown past it), the application 100 reads per tick
+/// each taking what `at_depth` says for our depth now. Returns the most
+/// requests of ours allowed in flight over the last half of `d`.
+fn share_for(r: &mut Rig, d: Duration, at_depth: impl Fn(usize) -> f64) -> usize {
+    let (start, end) = (r.now, r.now + d);
+    let mut most = 0;
+    while r.now < end {
+        let depth = r.pacer.allowance().depth;
+        if r.now >= start + d / 2 {
+            most = most.max(depth);
+        }
+        let ms = at_depth(depth);
+        r.pacer
+            .own()
+            .read_done(512 << 10, Duration::from_millis(5), false);
+        r.drive.add(1 + 100, 5 + (100.0 * ms).round() as u64, 0);
+        r.tick();
+    }
+    most
+}
+
+#[test]
+fn more_depth_stays_when_the_application_does_not_notice() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let most = share_for(&mut r, Duration::from_secs(8), |_| 0.4);
+    assert!(most >= 3, "a drive with channels to spare: depth {most}");
+    assert!(r.pacer.depth_ceiling.is_none());
+}
+
+#[test]
+fn more_depth_that_costs_the_application_goes_back_and_stays_back() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    // One more request of ours makes each of its reads 6 % slower: under
+    // the aim (the rate is not cut for it), over what depth may cost.
+    let costly = |depth: usize| if depth > 1 { 0.425 } else { 0.4 };
+    let most = share_for(&mut r, Duration::from_secs(8), costly);
+    assert_eq!(most, 1, "{:?}", r.pacer);
+    assert!(r.pacer.depth_ceiling.is_some());
+    assert!(r.rate() > FLOOR, "the rate was not cut for it");
+    // Learned again, it may try once more.
+    r.app_for(RELEARN, 1, 0.4);
+    assert!(r.pacer.depth_ceiling.is_none());
+}
+
+#[test]
+fn the_floor_raises_the_depth_whatever_it_costs() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    share_for(&mut r, Duration::from_secs(8), |d| {
+        if d > 1 {
+            0.425
+        } else {
+            0.4
+        }
+    });
+    assert_eq!(r.pacer.allowance().depth, 1);
+    // Now one request at a time reads 1.25 MiB/s: under the floor.
+    for _ in 0..15 {
+        r.pacer
+            .own()
+            .read_done(128 << 10, Duration::from_millis(80), false);
+        r.drive.add(1 + 100, 80 + 43, 0);
+        r.tick();
+    }
+    assert!(r.pacer.allowance().depth > 1, "{:?}", r.pacer.allowance());
+}
+
 #[test]
 fn writes_never_hold_it_back() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
@@ -309,7 +376,8 @@ fn off_is_the_configured_rate_and_depth_whatever_happens() {
         Allowance {
             rate: Some(50 * MIB),
             depth: 8,
-            request: None
+            request: None,
+            writes_count: false,
         }
     );
 }
