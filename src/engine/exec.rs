@@ -30,7 +30,13 @@ use crate::io::fileio::FileIo;
 enum Slot {
     Free,
     Reading(usize),
-    Held(usize, u64),
+    /// Read (or to be written once more after a verify mismatch), waiting
+    /// for its write.
+    Held {
+        chunk: usize,
+        hash: u64,
+        retried: bool,
+    },
     Writing {
         chunk: usize,
         hash: u64,
@@ -129,13 +135,12 @@ impl Exec<'_, '_> {
                 // (when the depth counts both, a read would take the
                 // place of the write that frees its buffer).
                 wait = self.start_writes(throttle, watch);
-                self.start_reads(throttle, watch);
+                if self.running() {
+                    self.start_reads(throttle, watch);
+                }
             }
             if !self.running() {
-                // Data read but not yet written is simply dropped.
-                for s in self.held.drain(..) {
-                    self.slots[s] = Slot::Free;
-                }
+                self.drop_held();
             }
             if self.io.in_flight() == 0 {
                 let finished = self.pending.is_empty() && self.held.is_empty();
@@ -160,6 +165,28 @@ impl Exec<'_, '_> {
         }
     }
 
+    /// Stopping: data read but not yet written is simply dropped (the
+    /// resume offset covers it); a chunk waiting to be written once more
+    /// after a verify mismatch is a verify failure (what the drive holds
+    /// there is not what was read, and the lease is no longer ours).
+    fn drop_held(&mut self) {
+        for s in std::mem::take(&mut self.held) {
+            if let Slot::Held {
+                chunk,
+                retried: true,
+                ..
+            } = self.slots[s]
+            {
+                let c = self.chunks[chunk];
+                self.res.error.get_or_insert(ExecError::Verify {
+                    offset: c.offset,
+                    len: c.len,
+                });
+            }
+            self.slots[s] = Slot::Free;
+        }
+    }
+
     /// The ring failed while requests were in flight: reap what can be
     /// reaped; writes not provably done inside the lease are exposed.
     fn give_up(&mut self, watch: &mut dyn Watch) {
@@ -178,7 +205,7 @@ impl Exec<'_, '_> {
 
     /// Requests of ours at the device that the pacer's depth bounds: our
     /// reads (old data reads slowly and queues), and our writes too while
-    /// the drive is shared ([`Allowance::writes_count`]). Alone, writes of
+    /// the drive is shared ([`Allowance::depth_bounds_writes`]). Alone, writes of
     /// fresh data are quick and overlap reads; the write window bounds
     /// them.
     fn busy(&self, allow: &Allowance) -> usize {
@@ -186,7 +213,7 @@ impl Exec<'_, '_> {
             .iter()
             .filter(|s| match s {
                 Slot::Reading(_) | Slot::Verifying { .. } => true,
-                Slot::Writing { .. } => allow.writes_count,
+                Slot::Writing { .. } => allow.depth_bounds_writes,
                 _ => false,
             })
             .count()
@@ -242,12 +269,19 @@ impl Exec<'_, '_> {
     /// Writes follow, in order, as the budget and the write window allow.
     /// Returns how long to wait for more budget.
     fn start_writes(&mut self, throttle: &mut Throttle, watch: &mut dyn Watch) -> Duration {
-        let allow = throttle.allowance();
         while let Some(&s) = self.held.front() {
-            if allow.writes_count && self.busy(&allow) >= allow.depth {
+            // Again each time: taking budget lets the pacer look at the
+            // drive, and it may have gone silent to learn.
+            let allow = throttle.allowance();
+            if allow.depth_bounds_writes && self.busy(&allow) >= allow.depth {
                 return POLL;
             }
-            let Slot::Held(ci, hash) = self.slots[s] else {
+            let Slot::Held {
+                chunk: ci,
+                hash,
+                retried,
+            } = self.slots[s]
+            else {
                 self.fail(internal("held buffer in another state"));
                 return POLL;
             };
@@ -275,7 +309,7 @@ impl Exec<'_, '_> {
             self.slots[s] = Slot::Writing {
                 chunk: ci,
                 hash,
-                retried: false,
+                retried,
             };
             self.held.pop_front();
         }

@@ -87,7 +87,11 @@ impl Exec<'_, '_> {
             } else {
                 0
             };
-            self.slots[s] = Slot::Held(ci, hash);
+            self.slots[s] = Slot::Held {
+                chunk: ci,
+                hash,
+                retried: false,
+            };
             self.held.push_back(s);
         }
     }
@@ -155,26 +159,20 @@ impl Exec<'_, '_> {
             self.finish_chunk(ci, progress);
         } else if !retried && self.running() {
             // The original bytes are still in the data buffer: write them
-            // once more.
+            // once more, first in line, through the same gate as every
+            // write (the write window, the budget, the lease looked at
+            // right before).
             tracing::warn!(
                 offset = c.offset,
                 len = c.len,
                 "verify mismatch; rewriting once"
             );
-            match self.io.submit(s, Op::Write, c.offset, c.len as usize) {
-                Ok(()) => {
-                    self.window.started(c.len, Instant::now());
-                    self.slots[s] = Slot::Writing {
-                        chunk: ci,
-                        hash,
-                        retried: true,
-                    };
-                }
-                Err(e) => self.fail(ExecError::Io {
-                    op: "submitting a write",
-                    source: e,
-                }),
-            }
+            self.slots[s] = Slot::Held {
+                chunk: ci,
+                hash,
+                retried: true,
+            };
+            self.held.push_front(s);
         } else {
             self.fail(ExecError::Verify {
                 offset: c.offset,

@@ -23,6 +23,9 @@ struct TestWatch {
     /// at once), when `revoke_at_stop`.
     revoke_at_stop: bool,
     deadline: Option<Instant>,
+    /// Writes announced (`Watch::writing`: right after the lease was
+    /// looked at, right before the submit).
+    announced: u64,
 }
 
 impl Watch for TestWatch {
@@ -42,6 +45,9 @@ impl Watch for TestWatch {
     }
     fn space_for(&mut self, _len: u64) -> Result<(), StopReason> {
         Ok(())
+    }
+    fn writing(&mut self) {
+        self.announced += 1;
     }
     fn lease_deadline(&self) -> Option<Instant> {
         if self.revoke_at_stop {
@@ -131,6 +137,7 @@ fn watch(seq: &Arc<AtomicU64>, after: Option<u64>) -> TestWatch {
         seq: seq.clone(),
         revoke_at_stop: false,
         deadline: None,
+        announced: 0,
     }
 }
 
@@ -325,39 +332,64 @@ fn under_a_lease_one_write_is_in_flight_until_the_device_is_measured() {
 /// While the drive is shared the pacer's depth counts our writes too: at
 /// depth 1 the drive holds one request of ours at a time, a read or a
 /// write. Switched off (writes beside reads, as when alone), a write and
-/// the next read are at the drive together.
+/// the next read are at the drive together. (The in-memory device
+/// completes a request at every wait, so a read is never still in flight
+/// when a write's budget comes: `start_writes`' own look at the depth is
+/// not reached here.)
 #[test]
 fn a_shared_drive_holds_one_request_of_ours_at_depth_one() {
     use crate::engine::pacing::pace::Allowance;
-    for writes_count in [true, false] {
-        let data = pattern(64 * 1024, 0);
-        let (dev, disk) = device(&data);
-        let (seq, peak) = (dev.seq.clone(), dev.peak.clone());
-        let mut ring = Ring::new(Box::new(dev), Default::default());
-        let shared = Allowance {
-            rate: None,
-            depth: 1,
-            request: None,
-            writes_count,
-        };
-        let throttle = Throttle::new(None, CHUNK).forcing(shared);
-        let r = run_throttled(
-            &mut ring,
-            &mut watch(&seq, None),
-            params(),
-            64 * 1024,
-            throttle,
-        );
-        assert!(r.error.is_none(), "{:?}", r.error);
-        assert_eq!(r.written, 64 * 1024);
-        assert_eq!(bytes_of(&disk, FD), data);
-        let most = peak.load(Ordering::SeqCst);
-        if writes_count {
-            assert_eq!(most, 1, "one request of ours at a time");
-        } else {
-            assert!(most >= 2, "switched off, a read beside a write: {most}");
+    for depth_bounds_writes in [true, false] {
+        {
+            let rate = None;
+            let data = pattern(64 * 1024, 0);
+            let (dev, disk) = device(&data);
+            let (seq, peak) = (dev.seq.clone(), dev.peak.clone());
+            let mut ring = Ring::new(Box::new(dev), Default::default());
+            let shared = Allowance {
+                rate,
+                depth: 1,
+                request: None,
+                depth_bounds_writes,
+            };
+            let throttle = Throttle::new(rate, CHUNK).forcing(shared);
+            let mut w = watch(&seq, None);
+            let r = run_throttled(&mut ring, &mut w, params(), 64 * 1024, throttle);
+            assert!(r.error.is_none(), "{:?}", r.error);
+            assert_eq!(r.written, 64 * 1024);
+            assert_eq!(bytes_of(&disk, FD), data);
+            let most = peak.load(Ordering::SeqCst);
+            if depth_bounds_writes {
+                assert_eq!(most, 1, "one request of ours at a time (rate {rate:?})");
+            } else {
+                assert!(
+                    most >= 2,
+                    "switched off, a read beside a write: {most} (rate {rate:?})"
+                );
+            }
         }
     }
+}
+
+/// Every write passes the same gate (the write window, the budget, the
+/// lease looked at right before): the rewrite after a verify mismatch
+/// too. The device's log of writes against the watch's announcements.
+#[test]
+fn the_rewrite_after_a_verify_mismatch_is_announced_like_every_write() {
+    let data = pattern(32 * 1024, 0);
+    let mut p = params();
+    p.verify = true;
+    let (mut dev, disk) = device(&data);
+    dev.corrupt_writes = 1;
+    let (seq, log) = (dev.seq.clone(), dev.writes.clone());
+    let mut ring = Ring::new(Box::new(dev), Default::default());
+    let mut w = watch(&seq, None);
+    let r = run_on(&mut ring, &mut w, p, 32 * 1024);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(bytes_of(&disk, FD), data);
+    let writes = log_of(&log).len() as u64;
+    assert_eq!(writes, 32 * 1024 / CHUNK + 1, "one chunk written twice");
+    assert_eq!(w.announced, writes, "a write went out unannounced");
 }
 
 #[test]

@@ -41,7 +41,8 @@
 //! ours in flight made 3 % of the application's reads wait for a channel
 //! (p99 2.2–2.4× alone) and its mean ~8 % longer, within the aim; held to
 //! one request, the same cell measured mean 1.04× and p99 1.03× at 11.4
-//! MiB/s (the best fixed rate within 1.2×: 4 MiB/s). On a drive with
+//! MiB/s in one run, 1.01× and 0.96× at 11.6 MiB/s in another (the best
+//! fixed rate within 1.2×: 4 MiB/s; docs/benchmarks.md). On a drive with
 //! channels to spare another request costs nothing and stays. The floor
 //! raises the depth whatever it costs.
 //!
@@ -145,7 +146,7 @@ pub struct Allowance {
     /// Whether `depth` bounds our writes too, not only our reads. While
     /// the drive is shared it does: a write holds one of the drive's
     /// channels as a read does.
-    pub writes_count: bool,
+    pub depth_bounds_writes: bool,
 }
 
 /// Where the pacer stands.
@@ -157,6 +158,15 @@ enum Phase {
     Learning { until: Duration },
     /// The application reads: the rate is the controller's.
     Sharing,
+}
+
+/// One more request in flight, on trial until the next decision.
+#[derive(Debug, Clone, Copy)]
+struct DepthTrial {
+    /// The depth before.
+    before: usize,
+    /// The application's latency ratio at it.
+    ratio_before: f64,
 }
 
 /// The controller. Time is passed in, so it is tested without sleeping.
@@ -184,11 +194,11 @@ pub struct Pacer {
     progress: (Duration, u64),
     /// The application's latency ratio at the last decision.
     last_ratio: Option<f64>,
-    /// A depth raised for more rate, on trial: the depth before, and the
-    /// ratio the application had at it.
-    depth_trial: Option<(usize, f64)>,
-    /// More than this depth cost the application; until when.
-    depth_ceiling: Option<(usize, Duration)>,
+    /// A depth raised for more rate, on trial.
+    depth_trial: Option<DepthTrial>,
+    /// More than this depth cost the application (until it is learned
+    /// again).
+    depth_ceiling: Option<usize>,
     /// Reads run best-effort: idle-class reads did not reach the floor.
     raised: bool,
     floor_check: (Duration, u64),
@@ -312,7 +322,7 @@ impl Pacer {
             rate: self.configured_rate(),
             depth: self.max_depth,
             request: None,
-            writes_count: false,
+            depth_bounds_writes: false,
         };
         if self.cfg.mode == YieldMode::Off {
             return configured;
@@ -327,7 +337,7 @@ impl Pacer {
                 rate: Some(1),
                 depth: 0,
                 request: Some(MIN_REQUEST),
-                writes_count: true,
+                depth_bounds_writes: true,
             },
             Phase::Sharing => {
                 let rate = self.rate.min(self.full()).max(self.floor() as f64);
@@ -336,7 +346,7 @@ impl Pacer {
                     rate: Some(rate as u64),
                     depth: self.depth,
                     request: Some(request / 4096 * 4096),
-                    writes_count: true,
+                    depth_bounds_writes: true,
                 }
             }
         }

@@ -159,7 +159,7 @@ impl Throttle {
                 rate: self.rate,
                 depth: usize::MAX,
                 request: None,
-                writes_count: false,
+                depth_bounds_writes: false,
             },
             Pacer::allowance,
         )

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use super::{
-    latency, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, LEARN, QUIET, RELEARN, TICK,
+    latency, DepthTrial, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, LEARN, QUIET, RELEARN,
+    TICK,
 };
 use crate::io::account::OwnDone;
 
@@ -31,7 +32,7 @@ impl Pacer {
                 self.start_learning(now)
             }
             Phase::Sharing => {
-                self.keep_the_floor(now, elapsed, own);
+                self.grow_depth(now, elapsed, own);
                 if now >= self.decided + DECIDE {
                     self.decide(now);
                 }
@@ -43,6 +44,7 @@ impl Pacer {
     pub(super) fn start_learning(&mut self, now: Duration) {
         self.phase = Phase::Learning { until: now + LEARN };
         self.forget_depth_trials();
+        self.progress = (Duration::ZERO, 0);
         self.learned = (0, 0.0);
         self.reads.restart();
     }
@@ -88,7 +90,7 @@ impl Pacer {
             return;
         };
         let ratio = app / alone.max(0.001);
-        self.judge_depth_trial(now, ratio);
+        self.judge_depth_trial(ratio);
         let floor = self.floor() as f64;
         if ratio > AIM {
             self.rate = (self.rate * (AIM / ratio).max(0.5)).max(floor);
@@ -112,7 +114,7 @@ impl Pacer {
     /// too few for an aged drive), one more in flight, on trial (see
     /// [`Pacer::judge_depth_trial`]); and the floor is kept whatever the
     /// latency says.
-    fn keep_the_floor(&mut self, now: Duration, elapsed: Duration, own: &OwnDone) {
+    fn grow_depth(&mut self, now: Duration, elapsed: Duration, own: &OwnDone) {
         if own.reads.is_empty() && self.own.reads_in_flight() == 0 {
             return;
         }
@@ -121,49 +123,57 @@ impl Pacer {
         let (span, bytes) = self.progress;
         if span >= Duration::from_secs(1) {
             let short_of = |rate: f64| (bytes as f64) < rate * span.as_secs_f64() * 0.8;
-            let capped = self
-                .depth_ceiling
-                .is_some_and(|(d, until)| now < until && self.depth >= d);
             if short_of(self.floor() as f64) {
-                // The floor is a promise: no trial.
+                // The floor is a promise: no trial, and none pending.
                 self.depth = (self.depth + 1).min(self.max_depth.max(1));
-            } else if short_of(self.rate) && !capped {
+                self.depth_trial = None;
+            } else if short_of(self.rate) {
                 self.try_more_depth(now);
             }
             self.progress = (Duration::ZERO, 0);
         }
     }
 
-    /// One more request in flight; the next decision judges what it
-    /// cost the application (a window of its reads at the new depth).
+    /// One more request in flight, judged at the next decision (a window
+    /// of the application's reads at the new depth) against the last
+    /// one. Not without a last decision to judge against, not while
+    /// another is on trial, not past a depth that already cost.
     fn try_more_depth(&mut self, now: Duration) {
         let next = (self.depth + 1).min(self.max_depth.max(1));
-        if next == self.depth {
+        let capped = self.depth_ceiling.is_some_and(|d| self.depth >= d);
+        let Some(ratio_before) = self.last_ratio else {
+            return;
+        };
+        if next == self.depth || capped || self.depth_trial.is_some() {
             return;
         }
-        if let Some(ratio) = self.last_ratio {
-            self.depth_trial = Some((self.depth, ratio));
-            self.decided = now;
-            self.reads.restart();
-        }
+        self.depth_trial = Some(DepthTrial {
+            before: self.depth,
+            ratio_before,
+        });
+        self.decided = now;
+        self.reads.restart();
         self.depth = next;
     }
 
     /// A depth on trial is kept if the application's latency did not
     /// rise by more than [`DEPTH_COST`] of its latency alone; otherwise
     /// the depth goes back, and stays there until the application's
-    /// latency is learned again.
-    fn judge_depth_trial(&mut self, now: Duration, ratio: f64) {
-        if let Some((before, was)) = self.depth_trial.take() {
-            if ratio - was > DEPTH_COST {
+    /// latency is learned again. Each step is judged against the one
+    /// before (the rate moves too: a ratio from an older depth would
+    /// blame the rate's growth on the depth).
+    fn judge_depth_trial(&mut self, ratio: f64) {
+        if let Some(t) = self.depth_trial.take() {
+            if ratio - t.ratio_before > DEPTH_COST {
                 tracing::debug!(
                     depth = self.depth,
                     ratio,
-                    before = was,
-                    "more depth cost the application: back to {before}"
+                    before = t.ratio_before,
+                    "more depth cost the application: back to {}",
+                    t.before
                 );
-                self.depth = before;
-                self.depth_ceiling = Some((before, now + RELEARN));
+                self.depth = t.before;
+                self.depth_ceiling = Some(t.before);
             }
         }
         self.last_ratio = Some(ratio);

@@ -227,16 +227,14 @@ fn one_more_read_in_flight_when_one_at_a_time_misses_the_rate() {
 
 /// Ticks for `d`, sharing: we read 512 KiB per tick (5 MiB/s: above the
 /// floor, below a rate grown past it), the application 100 reads per tick
-/// each taking what `at_depth` says for our depth now. Returns the most
-/// requests of ours allowed in flight over the last half of `d`.
-fn share_for(r: &mut Rig, d: Duration, at_depth: impl Fn(usize) -> f64) -> usize {
-    let (start, end) = (r.now, r.now + d);
-    let mut most = 0;
+/// each taking what `at_depth` says for our depth now. Returns the ticks
+/// spent with more than one request of ours allowed in flight.
+fn share_for(r: &mut Rig, d: Duration, at_depth: impl Fn(usize) -> f64) -> u32 {
+    let end = r.now + d;
+    let mut deeper = 0;
     while r.now < end {
         let depth = r.pacer.allowance().depth;
-        if r.now >= start + d / 2 {
-            most = most.max(depth);
-        }
+        deeper += u32::from(depth > 1);
         let ms = at_depth(depth);
         r.pacer
             .own()
@@ -244,14 +242,18 @@ fn share_for(r: &mut Rig, d: Duration, at_depth: impl Fn(usize) -> f64) -> usize
         r.drive.add(1 + 100, 5 + (100.0 * ms).round() as u64, 0);
         r.tick();
     }
-    most
+    deeper
 }
+
+/// A trial lasts one decision's window (and the tick it starts in).
+const TRIAL_TICKS: u32 = (DECIDE.as_millis() / TICK.as_millis()) as u32 + 1;
 
 #[test]
 fn more_depth_stays_when_the_application_does_not_notice() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
-    let most = share_for(&mut r, Duration::from_secs(8), |_| 0.4);
-    assert!(most >= 3, "a drive with channels to spare: depth {most}");
+    share_for(&mut r, Duration::from_secs(8), |_| 0.4);
+    let depth = r.pacer.allowance().depth;
+    assert!(depth >= 3, "a drive with channels to spare: depth {depth}");
     assert!(r.pacer.depth_ceiling.is_none());
 }
 
@@ -261,13 +263,25 @@ fn more_depth_that_costs_the_application_goes_back_and_stays_back() {
     // One more request of ours makes each of its reads 6 % slower: under
     // the aim (the rate is not cut for it), over what depth may cost.
     let costly = |depth: usize| if depth > 1 { 0.425 } else { 0.4 };
-    let most = share_for(&mut r, Duration::from_secs(8), costly);
-    assert_eq!(most, 1, "{:?}", r.pacer);
-    assert!(r.pacer.depth_ceiling.is_some());
+    let deeper = share_for(&mut r, Duration::from_secs(8), costly);
+    assert!(
+        deeper <= TRIAL_TICKS,
+        "{deeper} ticks deeper: {:?}",
+        r.pacer
+    );
+    assert_eq!(r.pacer.depth_ceiling, Some(1));
     assert!(r.rate() > FLOOR, "the rate was not cut for it");
-    // Learned again, it may try once more.
-    r.app_for(RELEARN, 1, 0.4);
-    assert!(r.pacer.depth_ceiling.is_none());
+    // Learned again (every RELEARN), it tries once more and is judged
+    // again: never a raise without a window to judge it by.
+    let learned = r.pacer.baseline.unwrap().1;
+    let deeper = share_for(&mut r, RELEARN, costly);
+    assert!(r.pacer.baseline.unwrap().1 > learned, "learned again");
+    assert!(
+        deeper <= TRIAL_TICKS,
+        "{deeper} ticks deeper: {:?}",
+        r.pacer
+    );
+    assert_eq!(r.pacer.depth_ceiling, Some(1));
 }
 
 #[test]
@@ -377,7 +391,7 @@ fn off_is_the_configured_rate_and_depth_whatever_happens() {
             rate: Some(50 * MIB),
             depth: 8,
             request: None,
-            writes_count: false,
+            depth_bounds_writes: false,
         }
     );
 }
