@@ -392,6 +392,36 @@ fn the_rewrite_after_a_verify_mismatch_is_announced_like_every_write() {
     assert_eq!(w.announced, writes, "a write went out unannounced");
 }
 
+/// A stop at every point of a run whose first write the drive corrupts
+/// (verify on): the drive's bytes are the file's, or the result names
+/// the range that is not. A stop between the mismatch and its rewrite
+/// drops the rewrite (the lease is no longer ours) and must say so.
+#[test]
+fn a_stop_before_the_rewrite_leaves_no_silent_mismatch() {
+    let data = pattern(32 * 1024, 0);
+    let mut p = params();
+    p.verify = true;
+    for after in 0..24 {
+        let (mut dev, disk) = device(&data);
+        dev.corrupt_writes = 1;
+        let seq = dev.seq.clone();
+        let mut ring = Ring::new(Box::new(dev), Default::default());
+        let r = run_on(&mut ring, &mut watch(&seq, Some(after)), p, 32 * 1024);
+        let now = bytes_of(&disk, FD);
+        let differs: Vec<usize> = (0..data.len()).filter(|&i| now[i] != data[i]).collect();
+        match (&r.error, differs.first()) {
+            (_, None) => {}
+            (Some(ExecError::Verify { offset, len }), Some(&i)) => {
+                assert!(
+                    (*offset..offset + len).contains(&(i as u64)),
+                    "stop after {after} polls: byte {i} differs, the error names {offset}+{len}"
+                );
+            }
+            (e, Some(i)) => panic!("stop after {after} polls: byte {i} differs, error {e:?}"),
+        }
+    }
+}
+
 #[test]
 fn verify_rewrites_once_then_fails() {
     let data = pattern(32 * 1024, 0);
