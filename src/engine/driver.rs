@@ -260,7 +260,7 @@ fn refresh_file(
     let mut attrs = if relocate {
         None
     } else {
-        watch_attrs(io.watcher.as_ref(), fd)
+        watch_attrs(io.watcher.as_ref(), fd, &opened)
     };
     let job = FileJob {
         target: t,
@@ -320,8 +320,9 @@ fn new_report(t: &Target, opened: &Opened, backend: BackendKind, cfg: &EngineCon
 fn watch_attrs<'w>(
     watcher: Option<&'w Watcher>,
     fd: std::os::fd::BorrowedFd<'_>,
+    opened: &Opened,
 ) -> Option<AttrWatch<'w>> {
-    match watcher?.watch(fd) {
+    match watcher?.watch(fd, (opened.meta.mtime, opened.meta.ctime)) {
         Ok(a) => Some(a),
         Err(e) => {
             tracing::warn!("watching the file for attribute changes: {e}");

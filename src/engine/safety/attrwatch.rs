@@ -11,11 +11,12 @@
 //! 2. `IN_MODIFY` (what `touch -m` raises, as a write does) while no
 //!    write of refreshd's was submitted since its last look (a write's
 //!    event is queued before its completion is reaped): not its own.
-//! 3. Times that moved with mtime ≠ ctime, looked at while no write of
-//!    refreshd's is in flight: a write sets both to one value; an explicit
-//!    mtime (`touch -m -d`) does not. (A write in flight can be seen half
-//!    done: the kernel stores ctime, then mtime, and a `stat` between sees
-//!    them differ — about 1 in 8,000 beside a writing thread.)
+//! 3. Times that moved with mtime ≠ ctime: a write sets both to one value;
+//!    an explicit mtime (`touch -m -d`, which raises `IN_MODIFY` alone)
+//!    does not. A write of refreshd's in flight can be seen half done (the
+//!    kernel stores ctime, then mtime: about 1 stat in 8,000 beside a
+//!    writing thread sees them differ); while one may be, an mtime that
+//!    write could have left behind is not judged ([`AttrWatch::half_done`]).
 //!
 //! A change seen before refreshd's next write (checked right before each
 //! submission) is captured with the times it left: at the end those are
@@ -25,7 +26,8 @@
 //! Residual (documented): a `touch -m` without a date (mtime = ctime =
 //! now) landing while a write of refreshd's is in flight cannot be told
 //! from that write (a timestamp rule would misfire on writes io_uring
-//! runs later on its workers): it is taken for refreshd's own.
+//! runs later on its workers): it is taken for refreshd's own; so is an
+//! explicit mtime set then to the moment one of refreshd's writes left.
 //! Once seen, a change stays seen for the file: its times are left as the
 //! other process made them, and the recovery record says so.
 //!
@@ -51,22 +53,27 @@ impl Watcher {
     }
 
     /// Starts watching the inode `file` refers to (through
-    /// `/proc/self/fd`: the very inode, no name resolved again), as it is
-    /// now (its times when refreshd took it).
-    pub fn watch<'w>(&'w self, file: BorrowedFd<'_>) -> io::Result<AttrWatch<'w>> {
+    /// `/proc/self/fd`: the very inode, no name resolved again), from
+    /// `taken`, its (mtime, ctime) when refreshd took it: a change between
+    /// that stat and the watch is another's.
+    pub fn watch<'w>(
+        &'w self,
+        file: BorrowedFd<'_>,
+        taken: (Timestamp, Timestamp),
+    ) -> io::Result<AttrWatch<'w>> {
         let path = format!("/proc/self/fd/{}", file.as_raw_fd());
         let wd = inotify::add_watch(
             &self.0,
             path.as_str(),
             WatchFlags::ATTRIB | WatchFlags::MODIFY,
         )?;
-        let (m, c) = times(file)?;
         let mut w = AttrWatch {
             inotify: self.0.as_fd(),
             wd,
             seen: false,
             quiet: true,
-            taken: (m, c),
+            taken,
+            last: taken,
             own: None,
             theirs: None,
             foreign: 0,
@@ -76,14 +83,6 @@ impl Watcher {
         w.seen = false;
         Ok(w)
     }
-}
-
-fn times(file: BorrowedFd<'_>) -> io::Result<(Timestamp, Timestamp)> {
-    let st = rustix::fs::fstat(file)?;
-    Ok((
-        Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec),
-        Timestamp::from_stat(st.st_ctime, st.st_ctime_nsec),
-    ))
 }
 
 /// A file watched while refreshd writes it.
@@ -97,6 +96,8 @@ pub struct AttrWatch<'w> {
     quiet: bool,
     /// (mtime, ctime) when refreshd took the file.
     taken: (Timestamp, Timestamp),
+    /// (mtime, ctime) at refreshd's last look or `writing`.
+    last: (Timestamp, Timestamp),
     /// (mtime, ctime) as refreshd's own writes last left them.
     own: Option<(Timestamp, Timestamp)>,
     /// (atime, mtime) as another process left them, when its change was
@@ -181,17 +182,26 @@ impl AttrWatch<'_> {
         if let Some(st) = now {
             let m = Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec);
             let c = Timestamp::from_stat(st.st_ctime, st.st_ctime_nsec);
-            // Rule 3 only while quiet: a write of ours in flight may be
-            // seen half done (ctime stored, mtime not yet).
-            if self.quiet && (m, c) != self.taken && m != c && !self.seen {
+            if (m, c) != self.taken && m != c && !self.half_done(m, c) && !self.seen {
                 self.seen = true; // rule 3
                 self.foreign += 1;
             }
+            self.last = (m, c);
             if self.seen && !before {
                 self.capture(&st);
             }
         }
         self.quiet = false;
+    }
+
+    /// Whether times with mtime ≠ ctime may be a write of refreshd's seen
+    /// half done. The kernel stores a write's ctime, then its mtime, and a
+    /// `stat` between sees the ctime new and the mtime as it was: the
+    /// mtime refreshd saw last, or one its own writes left since (no
+    /// earlier than the ctime it saw last, no later than the ctime now).
+    /// Only while a write of refreshd's may be in flight.
+    fn half_done(&self, m: Timestamp, c: Timestamp) -> bool {
+        !self.quiet && (m == self.last.0 || (self.last.1 <= m && m <= c))
     }
 
     /// The (atime, mtime) another process left, if its change was seen
@@ -217,6 +227,7 @@ impl AttrWatch<'_> {
         let before = self.seen;
         self.note_events();
         self.quiet = true;
+        self.last = (m, c);
         let moved = (m, c) != self.taken;
         if moved && m != c && !self.seen {
             self.seen = true; // rule 3
