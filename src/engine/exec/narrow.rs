@@ -64,7 +64,11 @@ impl Narrow<'_, '_> {
     fn write(&mut self, offset: u64, len: u64) -> bool {
         self.watch.writing();
         let result = self.io.sync(0, Op::Write, offset, len as usize);
-        self.watch.quiescent();
+        // A failed wait can leave the write in flight: no look then (its
+        // times may be half stored).
+        if self.io.in_flight() == 0 {
+            self.watch.quiescent();
+        }
         if self
             .watch
             .lease_deadline()
