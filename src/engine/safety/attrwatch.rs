@@ -11,7 +11,9 @@
 //! 2. `IN_MODIFY` (what `touch -m` raises, as a write does) while no
 //!    write of refreshd's was submitted since its last look (a write's
 //!    event is queued before its completion is reaped): not its own.
-//! 3. Times that moved with mtime ≠ ctime: a write sets both to one value;
+//! 3. Times that moved with mtime ≠ ctime (or at all before refreshd's
+//!    first write: the watch starts from the times refreshd took the file
+//!    with, before the watch was set): a write sets both to one value;
 //!    an explicit mtime (`touch -m -d`, which raises `IN_MODIFY` alone)
 //!    does not. A write of refreshd's in flight can be seen half done (the
 //!    kernel stores ctime, then mtime: about 1 stat in 8,000 beside a
@@ -72,6 +74,7 @@ impl Watcher {
             wd,
             seen: false,
             quiet: true,
+            wrote: false,
             taken,
             last: taken,
             own: None,
@@ -94,6 +97,8 @@ pub struct AttrWatch<'w> {
     seen: bool,
     /// No write of refreshd's submitted since its last look.
     quiet: bool,
+    /// A write of refreshd's was submitted.
+    wrote: bool,
     /// (mtime, ctime) when refreshd took the file.
     taken: (Timestamp, Timestamp),
     /// (mtime, ctime) at refreshd's last look or `writing`.
@@ -182,7 +187,7 @@ impl AttrWatch<'_> {
         if let Some(st) = now {
             let m = Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec);
             let c = Timestamp::from_stat(st.st_ctime, st.st_ctime_nsec);
-            if (m, c) != self.taken && m != c && !self.half_done(m, c) && !self.seen {
+            if self.times_set_by_another(m, c) && !self.seen {
                 self.seen = true; // rule 3
                 self.foreign += 1;
             }
@@ -192,6 +197,14 @@ impl AttrWatch<'_> {
             }
         }
         self.quiet = false;
+        self.wrote = true;
+    }
+
+    /// Rule 3: the times moved from those refreshd took the file with, to
+    /// a pair no write of its own leaves (mtime ≠ ctime; any pair before
+    /// its first write), and not a write of its own seen half done.
+    fn times_set_by_another(&self, m: Timestamp, c: Timestamp) -> bool {
+        (m, c) != self.taken && (m != c || !self.wrote) && !self.half_done(m, c)
     }
 
     /// Whether times with mtime ≠ ctime may be a write of refreshd's seen
@@ -229,7 +242,7 @@ impl AttrWatch<'_> {
         self.quiet = true;
         self.last = (m, c);
         let moved = (m, c) != self.taken;
-        if moved && m != c && !self.seen {
+        if self.times_set_by_another(m, c) && !self.seen {
             self.seen = true; // rule 3
             self.foreign += 1;
         }

@@ -199,3 +199,18 @@ fn a_dated_mtime_before_the_watch_started_is_anothers() {
     f.write_all_at(b"ours", 0).unwrap();
     assert_eq!(w.look(f.as_fd()).ok(), Some(Seen::Another));
 }
+
+/// `touch -m` without a date (mtime = ctime = now) between the stat
+/// refreshd took the file with and the watch: before refreshd's first
+/// write, any move of the times is another's.
+#[test]
+fn times_moved_before_our_first_write_are_anothers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (p, f, watcher) = written(tmp.path());
+    let took = times(f.as_fd()).unwrap();
+    set_times(&p, OMIT, NOW);
+    let mut w = watcher.watch(f.as_fd(), took).unwrap();
+    w.writing(f.as_fd());
+    f.write_all_at(b"ours", 0).unwrap();
+    assert_eq!(w.look(f.as_fd()).ok(), Some(Seen::Another));
+}
