@@ -64,15 +64,18 @@ impl Narrow<'_, '_> {
     fn write(&mut self, offset: u64, len: u64) -> bool {
         self.watch.writing();
         let result = self.io.sync(0, Op::Write, offset, len as usize);
-        // A failed wait can leave the write in flight: no look then (its
-        // times may be half stored).
-        if self.io.in_flight() == 0 {
+        // A failed wait can leave the write in flight: reaped here (the
+        // run returns with nothing in flight); not reaped, it is exposed
+        // and its times are not looked at (they may be half stored).
+        let reaped = self.io.in_flight() == 0 || self.io.drain().is_ok();
+        if reaped {
             self.watch.quiescent();
         }
-        if self
-            .watch
-            .lease_deadline()
-            .is_some_and(|d| Instant::now() > d)
+        if !reaped
+            || self
+                .watch
+                .lease_deadline()
+                .is_some_and(|d| Instant::now() > d)
         {
             self.res.exposed.push(offset..offset + len);
         }

@@ -15,10 +15,9 @@
 //!    first write: the watch starts from the times refreshd took the file
 //!    with, before the watch was set): a write sets both to one value;
 //!    an explicit mtime (`touch -m -d`, which raises `IN_MODIFY` alone)
-//!    does not. A write of refreshd's in flight can be seen half done (the
-//!    kernel stores ctime, then mtime: about 1 stat in 8,000 beside a
-//!    writing thread sees them differ); while one may be, an mtime that
-//!    write could have left behind is not judged ([`AttrWatch::half_done`]).
+//!    does not — but two of refreshd's own can leave them differing, or
+//!    be seen half done: an mtime its writes since the last look could
+//!    have left is not judged ([`AttrWatch::own_writes_may_have_left`]).
 //!
 //! A change seen before refreshd's next write (checked right before each
 //! submission) is captured with the times it left: at the end those are
@@ -200,21 +199,30 @@ impl AttrWatch<'_> {
         self.wrote = true;
     }
 
-    /// Rule 3: the times moved from those refreshd took the file with, to
-    /// a pair no write of its own leaves (mtime ≠ ctime; any pair before
-    /// its first write), and not a write of its own seen half done.
+    /// Rule 3: the times moved from those refreshd took the file with, and
+    /// since it last judged them, to a pair no write of its own leaves
+    /// (mtime ≠ ctime; any pair before its first write), unless its own
+    /// writes since the last look may have left them
+    /// ([`AttrWatch::own_writes_may_have_left`]).
     fn times_set_by_another(&self, m: Timestamp, c: Timestamp) -> bool {
-        (m, c) != self.taken && (m != c || !self.wrote) && !self.half_done(m, c)
+        (m, c) != self.taken
+            && (m, c) != self.last
+            && (m != c || !self.wrote)
+            && !self.own_writes_may_have_left(m)
     }
 
-    /// Whether times with mtime ≠ ctime may be a write of refreshd's seen
-    /// half done. The kernel stores a write's ctime, then its mtime, and a
-    /// `stat` between sees the ctime new and the mtime as it was: the
-    /// mtime refreshd saw last, or one its own writes left since (no
-    /// earlier than the ctime it saw last, no later than the ctime now).
-    /// Only while a write of refreshd's may be in flight.
-    fn half_done(&self, m: Timestamp, c: Timestamp) -> bool {
-        !self.quiet && (m == self.last.0 || (self.last.1 <= m && m <= c))
+    /// Whether an mtime ≠ ctime may be refreshd's own writes' since its
+    /// last look. A write stores its time as ctime, then mtime, with
+    /// nothing keeping a `stat` out: one seen half done shows the mtime
+    /// as it was (1 stat in ~8,000 beside a writing thread); two whose
+    /// updates run at once (io_uring's workers) can leave one's ctime and
+    /// the other's mtime, in either order (84 of 20,000 concurrent pairs
+    /// of O_DIRECT writes on ext4). Either way the mtime is the one seen
+    /// last, or a time one of those writes took: no earlier than the ctime
+    /// seen last, no later than now.
+    fn own_writes_may_have_left(&self, m: Timestamp) -> bool {
+        let now = Timestamp::new(crate::clock::now_secs().saturating_add(1), 0);
+        !self.quiet && (m == self.last.0 || (self.last.1 <= m && m <= now))
     }
 
     /// The (atime, mtime) another process left, if its change was seen
@@ -239,10 +247,12 @@ impl AttrWatch<'_> {
         let c = Timestamp::from_stat(st.st_ctime, st.st_ctime_nsec);
         let before = self.seen;
         self.note_events();
+        // Judged against the writes since the last look (now reaped).
+        let theirs = self.times_set_by_another(m, c);
         self.quiet = true;
         self.last = (m, c);
         let moved = (m, c) != self.taken;
-        if self.times_set_by_another(m, c) && !self.seen {
+        if theirs && !self.seen {
             self.seen = true; // rule 3
             self.foreign += 1;
         }
