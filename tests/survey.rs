@@ -274,6 +274,7 @@ fn privileged_fresh_drive_is_healthy_round_after_round_within_budget() {
     d.sync().unwrap();
     let dev = d.loop_dev.trim_start_matches("/dev/").to_string();
     let budget: u64 = 32 << 20;
+    let mut ratios = vec![];
     for round in 0..20 {
         drop_caches();
         let s0 = disk_stats(&dev).unwrap();
@@ -293,8 +294,7 @@ fn privileged_fresh_drive_is_healthy_round_after_round_within_budget() {
         );
         let s1 = disk_stats(&dev).unwrap();
         assert_eq!(r["verdict"], "healthy", "round {round}: {r:#}");
-        let ratio = r["judgement"]["ratio"].as_f64().unwrap();
-        assert!(ratio > 0.7, "round {round}: stale/fresh {ratio}");
+        ratios.push(r["judgement"]["ratio"].as_f64().unwrap());
         // Reads stay within the budget (plus a little filesystem metadata).
         let read = s1.read_bytes - s0.read_bytes;
         assert!(
@@ -312,4 +312,10 @@ fn privileged_fresh_drive_is_healthy_round_after_round_within_budget() {
             );
         }
     }
+    // Fresh reads as fresh: every round healthy (above), and the rounds'
+    // median near 1. One round alone is noise under load: beside
+    // `stress-ng` (`.ci/stress`) one of 20 measured 0.61.
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    assert!(median > 0.8, "stale/fresh per round: {ratios:?}");
 }
