@@ -237,8 +237,23 @@ fn punch_mid_refresh(kind: &'static str, relocate: bool, switches: UnsafeSwitche
             ..EngineConfig::default()
         };
         let engine = Engine::start(cfg).unwrap();
-        let rx = engine.submit(Target::for_path(&f).unwrap(), None);
-        std::thread::sleep(Duration::from_millis(700));
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = done.clone();
+        let progress: refreshd::engine::Progress = Box::new(move |n| {
+            counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        });
+        let rx = engine.submit(Target::for_path(&f).unwrap(), Some(progress));
+        // Mid-refresh: 3 MiB done, 13 MiB before 16 (1.6 s at 8 MiB/s).
+        // A fixed 700 ms was not: under CI load the engine once started
+        // after the punches (the file came out Refreshed).
+        let t = std::time::Instant::now();
+        while done.load(std::sync::atomic::Ordering::Relaxed) < 3 * MIB as u64 {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{kind}: never 3 MiB refreshed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         // Another process punches 16..18 MiB (not yet refreshed) and
         // 1..2 MiB (already refreshed), and preallocates the hole.
         for (off, len) in [(16, 2), (1, 1)] {
