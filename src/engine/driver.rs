@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::clock::Timestamp;
 use crate::engine::pacing::pace::{DeviceCounters, Pacer, SysBlock};
 use crate::engine::pacing::throttle::Throttle;
 use crate::engine::report::{FailKind, FileReport, Outcome, SkipReason};
@@ -260,7 +261,11 @@ fn refresh_file(
     let mut attrs = if relocate {
         None
     } else {
-        watch_attrs(io.watcher.as_ref(), fd, &opened)
+        watch_attrs(
+            io.watcher.as_ref(),
+            fd,
+            (opened.meta.mtime, opened.meta.ctime),
+        )
     };
     let job = FileJob {
         target: t,
@@ -320,9 +325,9 @@ fn new_report(t: &Target, opened: &Opened, backend: BackendKind, cfg: &EngineCon
 fn watch_attrs<'w>(
     watcher: Option<&'w Watcher>,
     fd: std::os::fd::BorrowedFd<'_>,
-    opened: &Opened,
+    took: (Timestamp, Timestamp),
 ) -> Option<AttrWatch<'w>> {
-    match watcher?.watch(fd, (opened.meta.mtime, opened.meta.ctime)) {
+    match watcher?.watch(fd, took) {
         Ok(a) => Some(a),
         Err(e) => {
             tracing::warn!("watching the file for attribute changes: {e}");

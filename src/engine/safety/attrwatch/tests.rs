@@ -185,34 +185,24 @@ fn a_dated_mtime_while_our_write_is_in_flight_is_anothers() {
     assert_eq!(w.theirs().map(|t| t.1), Some(Timestamp::new(1_234, 5)));
 }
 
-/// A dated `touch -m -d` between the stat refreshd took the file with and
-/// the watch: the watch starts from those times, not from the file's now.
+/// Another process moves the times between the stat refreshd took the
+/// file with and the watch: the watch starts from those times, not from
+/// the file's now, and before refreshd's first write any move of the times
+/// is another's. Both kinds: a dated `touch -m -d` (mtime ≠ ctime), and a
+/// `touch -m` without a date (mtime = ctime = now).
 #[test]
-fn a_dated_mtime_before_the_watch_started_is_anothers() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (p, f, watcher) = written(tmp.path());
-    let took = times(f.as_fd()).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(10)); // a new ctime
-    set_times(&p, OMIT, (1_234, 5));
-    let mut w = watcher.watch(f.as_fd(), took).unwrap();
-    w.writing(f.as_fd());
-    f.write_all_at(b"ours", 0).unwrap();
-    assert_eq!(w.look(f.as_fd()).ok(), Some(Seen::Another));
-}
-
-/// `touch -m` without a date (mtime = ctime = now) between the stat
-/// refreshd took the file with and the watch: before refreshd's first
-/// write, any move of the times is another's.
-#[test]
-fn times_moved_before_our_first_write_are_anothers() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (p, f, watcher) = written(tmp.path());
-    let took = times(f.as_fd()).unwrap();
-    set_times(&p, OMIT, NOW);
-    let mut w = watcher.watch(f.as_fd(), took).unwrap();
-    w.writing(f.as_fd());
-    f.write_all_at(b"ours", 0).unwrap();
-    assert_eq!(w.look(f.as_fd()).ok(), Some(Seen::Another));
+fn times_moved_before_the_watch_started_are_anothers() {
+    for (kind, mtime) in [("touch -m -d", (1_234, 5)), ("touch -m", NOW)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (p, f, watcher) = written(tmp.path());
+        let took = times(f.as_fd()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10)); // a new ctime
+        set_times(&p, OMIT, mtime);
+        let mut w = watcher.watch(f.as_fd(), took).unwrap();
+        w.writing(f.as_fd());
+        f.write_all_at(b"ours", 0).unwrap();
+        assert_eq!(w.look(f.as_fd()).ok(), Some(Seen::Another), "{kind}");
+    }
 }
 
 /// Two writes of ours whose time updates run at once (io_uring's workers,
