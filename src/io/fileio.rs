@@ -140,6 +140,27 @@ fn drain(backend: &mut dyn IoBackend, deadline: Duration) -> io::Result<()> {
     Ok(())
 }
 
+/// Proof that no write of ours to the file is in flight, so its times are
+/// what our completed writes left (a look at them while one is in flight
+/// may see them half stored: ctime of the write, mtime not yet). Made only
+/// by who counts the writes: the per-file I/O handle ([`FileIo`]), the
+/// executor's write window, a synchronous write that returned. A failed
+/// wait can leave a write in flight; then none is made.
+#[derive(Debug)]
+pub struct NoWriteInFlight(());
+
+impl NoWriteInFlight {
+    /// When `writes_in_flight` (the caller's own count) is zero.
+    pub(crate) fn counted(writes_in_flight: usize) -> Option<NoWriteInFlight> {
+        (writes_in_flight == 0).then_some(NoWriteInFlight(()))
+    }
+
+    /// After a synchronous `pwrite` returned (whatever it returned).
+    pub(crate) fn after_synchronous_write() -> NoWriteInFlight {
+        NoWriteInFlight(())
+    }
+}
+
 /// Requests for one open file. See the module doc for the invariants.
 #[derive(Debug)]
 pub struct FileIo<'a> {
@@ -222,6 +243,12 @@ impl FileIo<'_> {
     /// This file's requests not yet completed.
     pub fn in_flight(&self) -> usize {
         self.ring.backend.in_flight()
+    }
+
+    /// Nothing of this file's in flight, writes included: the proof a look
+    /// at its times needs.
+    pub fn no_write_in_flight(&self) -> Option<NoWriteInFlight> {
+        NoWriteInFlight::counted(self.in_flight())
     }
 
     /// Reaps everything in flight (discarding the results); on failure the

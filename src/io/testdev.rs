@@ -55,6 +55,13 @@ pub struct MemDevice {
     /// The N-th wait fails; with `broken`, every wait from then on.
     pub fail_wait: Option<u64>,
     pub broken: bool,
+    /// Waits fail while a write at this offset is pending: once, or (with
+    /// `.1`) every wait from then on. The write stays pending.
+    pub fail_wait_at_write: Option<(u64, bool)>,
+    failing_for_good: bool,
+    /// Requests held now, shared so a test can read it while a ring owns
+    /// the device.
+    pub pending_now: Arc<std::sync::atomic::AtomicUsize>,
     epoch: u32,
 }
 
@@ -77,6 +84,9 @@ impl MemDevice {
             fail_submit: None,
             fail_wait: None,
             broken: false,
+            fail_wait_at_write: None,
+            failing_for_good: false,
+            pending_now: Arc::default(),
             epoch: 0,
         }
     }
@@ -100,6 +110,25 @@ impl MemDevice {
                 self.pending.remove(i)
             }
         }
+    }
+
+    /// Whether this wait fails by [`MemDevice::fail_wait_at_write`].
+    fn fails_at_write(&mut self) -> bool {
+        let Some((offset, for_good)) = self.fail_wait_at_write else {
+            return false;
+        };
+        if self.failing_for_good {
+            return true;
+        }
+        let pending = self
+            .pending
+            .iter()
+            .any(|r| r.op == Op::Write && r.offset == offset);
+        if pending {
+            self.failing_for_good = for_good;
+            self.fail_wait_at_write = for_good.then_some((offset, true));
+        }
+        pending
     }
 
     fn complete(&mut self, r: Request) -> Completion {
@@ -172,16 +201,21 @@ impl IoBackend for MemDevice {
                 .push((n, req.fd, r));
         }
         self.pending.push_back(req);
+        self.pending_now
+            .store(self.pending.len(), std::sync::atomic::Ordering::SeqCst);
         self.peak
             .fetch_max(self.pending.len(), std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
     fn wait(&mut self, _timeout: Duration) -> io::Result<Option<Completion>> {
         self.waits += 1;
-        if self.broken || self.fail_wait == Some(self.waits) {
+        if self.broken || self.fail_wait == Some(self.waits) || self.fails_at_write() {
             return Err(io::Error::from_raw_os_error(libc::EFAULT));
         }
-        Ok(self.pick().map(|r| self.complete(r)))
+        let done = self.pick().map(|r| self.complete(r));
+        self.pending_now
+            .store(self.pending.len(), std::sync::atomic::Ordering::SeqCst);
+        Ok(done)
     }
     fn in_flight(&self) -> usize {
         self.pending.len()

@@ -47,8 +47,8 @@ impl Exec<'_, '_> {
                     self.res.exposed.push(ch.offset..ch.end());
                 }
                 self.write_done(s, chunk, hash, retried, c.result, progress);
-                if self.window.in_flight() == 0 {
-                    watch.quiescent();
+                if let Some(proof) = self.window.no_write_in_flight() {
+                    watch.quiescent(proof);
                 }
             }
             (

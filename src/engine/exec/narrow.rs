@@ -67,11 +67,15 @@ impl Narrow<'_, '_> {
         // A failed wait can leave the write in flight: reaped here (the
         // run returns with nothing in flight); not reaped, it is exposed
         // and its times are not looked at (they may be half stored).
-        let reaped = self.io.in_flight() == 0 || self.io.drain().is_ok();
-        if reaped {
-            self.watch.quiescent();
+        if self.io.in_flight() > 0 {
+            let _ = self.io.drain();
         }
-        if !reaped
+        let reaped = self.io.no_write_in_flight();
+        let exposed = reaped.is_none();
+        if let Some(proof) = reaped {
+            self.watch.quiescent(proof);
+        }
+        if exposed
             || self
                 .watch
                 .lease_deadline()

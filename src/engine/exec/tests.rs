@@ -3,11 +3,12 @@
 //! complete after the lease deadline.
 #![allow(clippy::single_range_in_vec_init)] // lists of ranges that happen to hold one
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::*;
+use crate::engine::safety::watch::NoWriteInFlight;
 use crate::io::fileio::Ring;
 use crate::io::testdev::{Disk, MemDevice, Order, WriteLog};
 
@@ -26,6 +27,10 @@ struct TestWatch {
     /// Writes announced (`Watch::writing`: right after the lease was
     /// looked at, right before the submit).
     announced: u64,
+    /// The device's requests held now, and at each look at the times
+    /// (`Watch::quiescent`): each must be 0.
+    device_pending: Arc<AtomicUsize>,
+    pending_at_looks: Vec<usize>,
 }
 
 impl Watch for TestWatch {
@@ -48,6 +53,10 @@ impl Watch for TestWatch {
     }
     fn writing(&mut self) {
         self.announced += 1;
+    }
+    fn quiescent(&mut self, _proof: NoWriteInFlight) {
+        self.pending_at_looks
+            .push(self.device_pending.load(Ordering::SeqCst));
     }
     fn lease_deadline(&self) -> Option<Instant> {
         if self.revoke_at_stop {
@@ -138,6 +147,8 @@ fn watch(seq: &Arc<AtomicU64>, after: Option<u64>) -> TestWatch {
         revoke_at_stop: false,
         deadline: None,
         announced: 0,
+        device_pending: Arc::default(),
+        pending_at_looks: vec![],
     }
 }
 
@@ -444,4 +455,68 @@ fn verify_rewrites_once_then_fails() {
     let mut ring = Ring::new(Box::new(dev), Default::default());
     let r = run_on(&mut ring, &mut watch(&seq, None), p, 32 * 1024);
     assert!(matches!(r.error, Some(ExecError::Verify { .. })));
+}
+
+/// A narrowed range's write whose wait fails (once, or for good), with
+/// the device holding the write: the file's times are looked at only once
+/// it is reaped, never while it is in flight (a look then may see them
+/// half stored and call refreshd's own write another's). Before 38b78f4
+/// narrowing looked after every write: the for-good case recorded a look
+/// with the write still held. Every byte of the file is its own after.
+#[test]
+fn a_failed_wait_in_narrowing_reaps_the_write_before_the_times_are_looked_at() {
+    for for_good in [false, true] {
+        let data = pattern(64 * 1024, 0);
+        let (mut dev, disk) = device(&data);
+        // The chunk 8192..12288 fails to read; its first readable piece,
+        // 8192..8704, is the narrowing's first write.
+        dev.bad.insert(FD, vec![9000..9100]);
+        dev.fail_wait_at_write = Some((8192, for_good));
+        let seq = dev.seq.clone();
+        let mut w = watch(&seq, None);
+        w.device_pending = dev.pending_now.clone();
+        let mut ring = Ring::new(Box::new(dev), Default::default());
+        // SAFETY: a fake fd for the in-memory device; never passed to the kernel.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(FD) };
+        let mut io = ring.file(fd).expect("handle");
+        let mut throttle = Throttle::new(None, CHUNK);
+        let r = run_direct(
+            &mut io,
+            &chunks(64 * 1024),
+            &mut throttle,
+            &mut w,
+            params(),
+            &mut |_| {},
+        );
+        let left = io.in_flight();
+        // What in place's last look after the run asks (inplace.rs).
+        let last_look = io.no_write_in_flight().is_some();
+        drop(io);
+        drop(ring); // a discarded device still finishes what it was given
+        let case = if for_good { "for good" } else { "once" };
+        assert!(
+            matches!(r.error, Some(ExecError::Write { offset: 8192, .. })),
+            "{case}: the failed wait fails the file at its write: {:?}",
+            r.error
+        );
+        assert!(
+            !w.pending_at_looks.is_empty(),
+            "{case}: the chunks before were looked at"
+        );
+        assert!(
+            w.pending_at_looks.iter().all(|&n| n == 0),
+            "{case}: a look at the times with a write in flight: {:?}",
+            w.pending_at_looks
+        );
+        if for_good {
+            assert_eq!(left, 1, "the write the ring could not reap");
+            assert!(!last_look, "no last look while it is in flight");
+            assert_eq!(r.exposed, vec![8192..8704], "an unreaped write is exposed");
+        } else {
+            assert_eq!(left, 0, "reaped by narrowing");
+            assert!(last_look);
+            assert!(r.exposed.is_empty(), "{:?}", r.exposed);
+        }
+        assert_eq!(bytes_of(&disk, FD), data, "{case}");
+    }
 }

@@ -9,6 +9,7 @@
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
+use crate::io::fileio::NoWriteInFlight;
 use crate::io::syscalls::{self, LeaseState};
 
 /// The kernel's default, used when /proc cannot be read.
@@ -126,6 +127,11 @@ impl WriteWindow {
     /// Writes in flight.
     pub fn in_flight(&self) -> usize {
         self.count
+    }
+
+    /// None of them: the file's times are what our writes left.
+    pub fn no_write_in_flight(&self) -> Option<NoWriteInFlight> {
+        NoWriteInFlight::counted(self.count)
     }
 
     /// May a write of `len` bytes start now?

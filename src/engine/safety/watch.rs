@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+pub use crate::io::fileio::NoWriteInFlight;
+
 /// How often, at most, the executor looks at the lease and the stop flag
 /// while it waits for I/O or for the throttle.
 pub const POLL: Duration = Duration::from_millis(20);
@@ -59,8 +61,9 @@ pub trait Watch {
         None
     }
     /// No write of ours is in flight now (after one completed): the
-    /// file's times are exactly what our own writes left.
-    fn quiescent(&mut self) {}
+    /// file's times are exactly what our own writes left. Only the one
+    /// who counts the writes can say so (see [`NoWriteInFlight`]).
+    fn quiescent(&mut self, _proof: NoWriteInFlight) {}
     /// A write of ours is about to be submitted.
     fn writing(&mut self) {}
 }

@@ -92,8 +92,8 @@ fn rewrite(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Result<Done, Done
     // for the driver's decision to put the originals back. (A ring that
     // could not drain reported its writes exposed: no look at times that
     // may be half stored.)
-    if fio.in_flight() == 0 {
-        watch.quiescent();
+    if let Some(proof) = fio.no_write_in_flight() {
+        watch.quiescent(proof);
     }
     #[cfg(test)]
     crate::engine::test_hooks::at(fd, crate::engine::test_hooks::Point::Written);

@@ -10,7 +10,7 @@ use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 use crate::engine::pacing::throttle::Throttle;
 use crate::engine::report::{Range, ReadError};
 use crate::engine::safety::plan::Chunk;
-use crate::engine::safety::watch::{StopReason, Watch};
+use crate::engine::safety::watch::{NoWriteInFlight, StopReason, Watch};
 use crate::io::syscalls::{read_exact_at, write_all_at};
 
 pub(super) struct BufferedResult {
@@ -73,7 +73,8 @@ impl Buffered<'_> {
                 .map_err(|why| BufferedError::Stop(why, c.offset))?;
             self.watch.writing();
             let written = write_all_at(fd, &buf, c.offset);
-            self.watch.quiescent();
+            self.watch
+                .quiescent(NoWriteInFlight::after_synchronous_write());
             if self
                 .watch
                 .lease_deadline()

@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::engine::safety::attrwatch::{AttrWatch, Seen};
 use crate::engine::safety::journal::Record;
 use crate::engine::safety::lease::LeaseClock;
-use crate::engine::safety::watch::{StopReason, Watch};
+use crate::engine::safety::watch::{NoWriteInFlight, StopReason, Watch};
 
 /// The executor's watch on a real file: cancel, the lease, free space,
 /// and the times its own writes leave (for the recovery record).
@@ -43,7 +43,7 @@ impl Watch for FileWatch<'_, '_> {
     /// No write of ours in flight: the file's times are ours unless
     /// another process changed its attributes; the record keeps ours, or
     /// says (synced) that it can no longer vouch for them.
-    fn quiescent(&mut self) {
+    fn quiescent(&mut self, _proof: NoWriteInFlight) {
         let seen = self.attrs.look(self.fd);
         let Some(r) = self.record.as_deref_mut() else {
             return;
