@@ -35,7 +35,7 @@ pub fn render(reports: &[DriveReport], opts: &SurveyOptions) -> String {
             Some(f) => writeln!(out, "  forecast: {} ({})", f.words(), f.basis()),
             None => writeln!(
                 out,
-                "  forecast: none yet (it needs data of two ages reading measurably slower than fresh)"
+                "  forecast: none (it needs data of two ages reading measurably slower than fresh, and speeds that follow age more than they vary)"
             ),
         };
         plan_line(&mut out, r);

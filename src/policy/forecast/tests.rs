@@ -142,3 +142,82 @@ fn the_fresh_reference_is_the_median_canary_of_the_rounds() {
     assert_eq!(own.len(), 3);
     assert!((fit(&own).unwrap().k - 5.0).abs() > 0.1);
 }
+
+/// A round of one bucket of `months`, as the sampler reports it.
+fn sample_of(months: f64) -> DriveSample {
+    let bucket = crate::sampler::BucketSample {
+        label: "1-2m".into(),
+        min_months: 1.0,
+        files: 8,
+        bytes: 64 << 20,
+        stale: true,
+        measured: Default::default(),
+        mean_months: Some(months),
+    };
+    DriveSample {
+        fresh: None,
+        fresh_missing: None,
+        buckets: vec![bucket],
+        stale: Default::default(),
+        stale_files: 8,
+        stale_bytes: 64 << 20,
+        bytes_read: 0,
+        canary_bytes: 0,
+        seconds: 1.0,
+    }
+}
+
+/// 16 rounds 0.02 months apart from 1.0, bucket excess `excess(i)`.
+fn history_of(excess: impl Fn(usize) -> f64) -> (History, DriveSample) {
+    let mut h = History::default();
+    let months = |i: usize| 1.0 + i as f64 * 0.02;
+    for i in 0..16 {
+        h.add_readings(FRESH, vec![(months(i), FRESH / (1.0 + excess(i)))]);
+    }
+    (h, sample_of(months(15)))
+}
+
+const STALE_AFTER: Duration = Duration::from_secs(30 * 86_400);
+
+#[test]
+fn a_slope_beyond_the_noise_keeps_its_forecast() {
+    // The law, each round ±3 %.
+    let wobble = |i: usize| 1.0 + 0.03 * (i as f64 * 2.1).sin();
+    let (h, s) = history_of(|i| law(1.0 + i as f64 * 0.02) * wobble(i));
+    let t = trend(&h.points()).unwrap();
+    assert!(t.k_range.0 > 3.0 && t.k_range.1 < 7.0, "{t:?}");
+    let f = forecast(&h, &s, STALE_AFTER, th(0.5)).unwrap();
+    let want = (10f64.powf(0.2) - 1.3) * MONTH;
+    let got = f.seconds_until_degraded.unwrap();
+    assert!((got / want - 1.0).abs() < 0.1, "{got} vs {want}");
+}
+
+/// Rounds read on a starved host: excess 0.3 ± 40 % whatever the age (the
+/// testbed beside `stress-ng --cpu 4`). The median slope is ≈ 0, and on it
+/// alone the forecast said "not within the horizon"; the slopes the points
+/// allow reach the floor within days: no forecast.
+#[test]
+fn rounds_that_cannot_tell_a_slope_give_no_forecast() {
+    let (h, s) = history_of(|i| 0.3 * (1.0 + 0.4 * (i as f64 * 2.1).sin()));
+    let t = trend(&h.points()).unwrap();
+    assert!(t.k_range.0 <= 0.0 && t.k_range.1 > 1.0, "{t:?}");
+    let mix = [(1.3, 64 << 20)];
+    let on_the_median = seconds_until_degraded(t.fit, &mix, FRESH, STALE_AFTER, th(0.5));
+    assert!(
+        on_the_median.is_none_or(|s| s > 365.0 * 86_400.0),
+        "the reassuring answer the rule replaces: {on_the_median:?}"
+    );
+    assert_eq!(forecast(&h, &s, STALE_AFTER, th(0.5)), None);
+}
+
+/// Data a little slower than fresh, flat with age: even the steepest slope
+/// the points allow stays above the floor for the horizon.
+#[test]
+fn flat_data_far_above_the_floor_is_not_degraded_within_the_horizon() {
+    let (h, s) = history_of(|i| 0.07 * (1.0 + 0.01 * (i as f64 * 2.1).sin()));
+    let t = trend(&h.points()).unwrap();
+    assert!(t.k_range.0 <= 0.0, "{t:?}");
+    let f = forecast(&h, &s, STALE_AFTER, th(0.5)).unwrap();
+    assert_eq!(f.seconds_until_degraded, None, "{t:?}");
+    assert_eq!(f.words(), "not degraded within 3 years");
+}
