@@ -142,10 +142,11 @@ fn drain(backend: &mut dyn IoBackend, deadline: Duration) -> io::Result<()> {
 
 /// Proof that no write of ours to the file is in flight, so its times are
 /// what our completed writes left (a look at them while one is in flight
-/// may see them half stored: ctime of the write, mtime not yet). Made only
-/// by who counts the writes: the per-file I/O handle ([`FileIo`]), the
-/// executor's write window, a synchronous write that returned. A failed
-/// wait can leave a write in flight; then none is made.
+/// may see them half stored: ctime of the write, mtime not yet). Made by
+/// who counts the writes, from a count of zero (the per-file I/O handle
+/// [`FileIo`], the executor's write window: `counted` is for those two
+/// counters), or by a synchronous write as it returns. A failed wait can
+/// leave a write in flight; then none is made.
 #[derive(Debug)]
 pub struct NoWriteInFlight(());
 
@@ -155,9 +156,15 @@ impl NoWriteInFlight {
         (writes_in_flight == 0).then_some(NoWriteInFlight(()))
     }
 
-    /// After a synchronous `pwrite` returned (whatever it returned).
-    pub(crate) fn after_synchronous_write() -> NoWriteInFlight {
-        NoWriteInFlight(())
+    /// A synchronous write of `buf` at `offset`, and once it returned
+    /// (whatever it returned), the proof.
+    pub(crate) fn write_all_at(
+        fd: BorrowedFd<'_>,
+        buf: &[u8],
+        offset: u64,
+    ) -> (io::Result<()>, NoWriteInFlight) {
+        let written = super::syscalls::write_all_at(fd, buf, offset);
+        (written, NoWriteInFlight(()))
     }
 }
 

@@ -56,12 +56,11 @@ pub struct MemDevice {
     pub fail_wait: Option<u64>,
     pub broken: bool,
     /// Waits fail while a write at this offset is pending: once, or (with
-    /// `.1`) every wait from then on. The write stays pending.
+    /// `.1`) every wait from then on (`broken`). The write stays pending.
     pub fail_wait_at_write: Option<(u64, bool)>,
-    failing_for_good: bool,
-    /// Requests held now, shared so a test can read it while a ring owns
+    /// Writes held now, shared so a test can read it while a ring owns
     /// the device.
-    pub pending_now: Arc<std::sync::atomic::AtomicUsize>,
+    pub writes_pending: Arc<std::sync::atomic::AtomicUsize>,
     epoch: u32,
 }
 
@@ -85,8 +84,7 @@ impl MemDevice {
             fail_wait: None,
             broken: false,
             fail_wait_at_write: None,
-            failing_for_good: false,
-            pending_now: Arc::default(),
+            writes_pending: Arc::default(),
             epoch: 0,
         }
     }
@@ -117,18 +115,21 @@ impl MemDevice {
         let Some((offset, for_good)) = self.fail_wait_at_write else {
             return false;
         };
-        if self.failing_for_good {
-            return true;
-        }
         let pending = self
             .pending
             .iter()
             .any(|r| r.op == Op::Write && r.offset == offset);
         if pending {
-            self.failing_for_good = for_good;
-            self.fail_wait_at_write = for_good.then_some((offset, true));
+            self.fail_wait_at_write = None;
+            self.broken = for_good;
         }
         pending
+    }
+
+    fn count_pending_writes(&self) {
+        let writes = self.pending.iter().filter(|r| r.op == Op::Write).count();
+        self.writes_pending
+            .store(writes, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn complete(&mut self, r: Request) -> Completion {
@@ -201,8 +202,7 @@ impl IoBackend for MemDevice {
                 .push((n, req.fd, r));
         }
         self.pending.push_back(req);
-        self.pending_now
-            .store(self.pending.len(), std::sync::atomic::Ordering::SeqCst);
+        self.count_pending_writes();
         self.peak
             .fetch_max(self.pending.len(), std::sync::atomic::Ordering::SeqCst);
         Ok(())
@@ -213,8 +213,7 @@ impl IoBackend for MemDevice {
             return Err(io::Error::from_raw_os_error(libc::EFAULT));
         }
         let done = self.pick().map(|r| self.complete(r));
-        self.pending_now
-            .store(self.pending.len(), std::sync::atomic::Ordering::SeqCst);
+        self.count_pending_writes();
         Ok(done)
     }
     fn in_flight(&self) -> usize {

@@ -67,15 +67,17 @@ impl Narrow<'_, '_> {
         // A failed wait can leave the write in flight: reaped here (the
         // run returns with nothing in flight); not reaped, it is exposed
         // and its times are not looked at (they may be half stored).
-        if self.io.in_flight() > 0 {
-            let _ = self.io.drain();
+        if let Err(e) = self.io.drain() {
+            tracing::warn!(offset, len, "a write of a narrowed range not reaped: {e}");
         }
-        let reaped = self.io.no_write_in_flight();
-        let exposed = reaped.is_none();
-        if let Some(proof) = reaped {
-            self.watch.quiescent(proof);
-        }
-        if exposed
+        let reaped = match self.io.no_write_in_flight() {
+            Some(proof) => {
+                self.watch.quiescent(proof);
+                true
+            }
+            None => false,
+        };
+        if !reaped
             || self
                 .watch
                 .lease_deadline()

@@ -27,10 +27,10 @@ struct TestWatch {
     /// Writes announced (`Watch::writing`: right after the lease was
     /// looked at, right before the submit).
     announced: u64,
-    /// The device's requests held now, and at each look at the times
-    /// (`Watch::quiescent`): each must be 0.
-    device_pending: Arc<AtomicUsize>,
-    pending_at_looks: Vec<usize>,
+    /// The device's writes held now, and at each look at the times
+    /// (`Watch::quiescent`): each must be 0 (reads may be in flight).
+    device_writes: Arc<AtomicUsize>,
+    writes_at_looks: Vec<usize>,
 }
 
 impl Watch for TestWatch {
@@ -55,8 +55,8 @@ impl Watch for TestWatch {
         self.announced += 1;
     }
     fn quiescent(&mut self, _proof: NoWriteInFlight) {
-        self.pending_at_looks
-            .push(self.device_pending.load(Ordering::SeqCst));
+        self.writes_at_looks
+            .push(self.device_writes.load(Ordering::SeqCst));
     }
     fn lease_deadline(&self) -> Option<Instant> {
         if self.revoke_at_stop {
@@ -147,8 +147,8 @@ fn watch(seq: &Arc<AtomicU64>, after: Option<u64>) -> TestWatch {
         revoke_at_stop: false,
         deadline: None,
         announced: 0,
-        device_pending: Arc::default(),
-        pending_at_looks: vec![],
+        device_writes: Arc::default(),
+        writes_at_looks: vec![],
     }
 }
 
@@ -459,22 +459,33 @@ fn verify_rewrites_once_then_fails() {
 
 /// A narrowed range's write whose wait fails (once, or for good), with
 /// the device holding the write: the file's times are looked at only once
-/// it is reaped, never while it is in flight (a look then may see them
-/// half stored and call refreshd's own write another's). Before 38b78f4
-/// narrowing looked after every write: the for-good case recorded a look
-/// with the write still held. Every byte of the file is its own after.
+/// it is reaped, never while a write is in flight (a look then may see
+/// them half stored and call refreshd's own write another's). Guarded
+/// since 38b78f4; switched off (a look after every narrowed write, as
+/// before), the for-good case looks with the write held. Every byte of
+/// the file is its own after. In every completion order.
 #[test]
 fn a_failed_wait_in_narrowing_reaps_the_write_before_the_times_are_looked_at() {
-    for for_good in [false, true] {
+    let orders = [
+        Order::Fifo,
+        Order::Lifo,
+        Order::WritesFirst,
+        Order::Mixed(3),
+    ];
+    for (for_good, order) in [false, true]
+        .into_iter()
+        .flat_map(|g| orders.map(|o| (g, o)))
+    {
         let data = pattern(64 * 1024, 0);
         let (mut dev, disk) = device(&data);
+        dev.order = order;
         // The chunk 8192..12288 fails to read; its first readable piece,
         // 8192..8704, is the narrowing's first write.
         dev.bad.insert(FD, vec![9000..9100]);
         dev.fail_wait_at_write = Some((8192, for_good));
         let seq = dev.seq.clone();
         let mut w = watch(&seq, None);
-        w.device_pending = dev.pending_now.clone();
+        w.device_writes = dev.writes_pending.clone();
         let mut ring = Ring::new(Box::new(dev), Default::default());
         // SAFETY: a fake fd for the in-memory device; never passed to the kernel.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(FD) };
@@ -493,29 +504,33 @@ fn a_failed_wait_in_narrowing_reaps_the_write_before_the_times_are_looked_at() {
         let last_look = io.no_write_in_flight().is_some();
         drop(io);
         drop(ring); // a discarded device still finishes what it was given
-        let case = if for_good { "for good" } else { "once" };
+        let case = format!("{} {order:?}", if for_good { "for good" } else { "once" });
         assert!(
             matches!(r.error, Some(ExecError::Write { offset: 8192, .. })),
             "{case}: the failed wait fails the file at its write: {:?}",
             r.error
         );
         assert!(
-            !w.pending_at_looks.is_empty(),
+            !w.writes_at_looks.is_empty(),
             "{case}: the chunks before were looked at"
         );
         assert!(
-            w.pending_at_looks.iter().all(|&n| n == 0),
+            w.writes_at_looks.iter().all(|&n| n == 0),
             "{case}: a look at the times with a write in flight: {:?}",
-            w.pending_at_looks
+            w.writes_at_looks
         );
         if for_good {
-            assert_eq!(left, 1, "the write the ring could not reap");
-            assert!(!last_look, "no last look while it is in flight");
-            assert_eq!(r.exposed, vec![8192..8704], "an unreaped write is exposed");
+            assert_eq!(left, 1, "{case}: the write the ring could not reap");
+            assert!(!last_look, "{case}: no last look while it is in flight");
+            assert_eq!(
+                r.exposed,
+                vec![8192..8704],
+                "{case}: an unreaped write is exposed"
+            );
         } else {
-            assert_eq!(left, 0, "reaped by narrowing");
-            assert!(last_look);
-            assert!(r.exposed.is_empty(), "{:?}", r.exposed);
+            assert_eq!(left, 0, "{case}: reaped by narrowing");
+            assert!(last_look, "{case}");
+            assert!(r.exposed.is_empty(), "{case}: {:?}", r.exposed);
         }
         assert_eq!(bytes_of(&disk, FD), data, "{case}");
     }

@@ -11,7 +11,7 @@ use crate::engine::pacing::throttle::Throttle;
 use crate::engine::report::{Range, ReadError};
 use crate::engine::safety::plan::Chunk;
 use crate::engine::safety::watch::{NoWriteInFlight, StopReason, Watch};
-use crate::io::syscalls::{read_exact_at, write_all_at};
+use crate::io::syscalls::read_exact_at;
 
 pub(super) struct BufferedResult {
     pub(super) written: u64,
@@ -72,9 +72,8 @@ impl Buffered<'_> {
                 .take_watching(c.len, self.watch)
                 .map_err(|why| BufferedError::Stop(why, c.offset))?;
             self.watch.writing();
-            let written = write_all_at(fd, &buf, c.offset);
-            self.watch
-                .quiescent(NoWriteInFlight::after_synchronous_write());
+            let (written, proof) = NoWriteInFlight::write_all_at(fd, &buf, c.offset);
+            self.watch.quiescent(proof);
             if self
                 .watch
                 .lease_deadline()
