@@ -31,11 +31,13 @@
 //! lift the median, so the prediction is not monotone in Δ); none within
 //! [`HORIZON_DAYS`] is said so.
 //!
-//! **Only what the points can tell.** A forecast needs a slope its points
-//! tell from their noise: the range of slopes they allow ([`Trend`]) lies
-//! above 0. When it holds 0, "not within the horizon" is said only if even
-//! its steepest slope keeps the drive above its floors; otherwise there
-//! is no forecast (see [`forecast`]).
+//! **Only what the points can tell.** Stale data the round measured below
+//! its floors is below now. Beyond that, a forecast needs a slope its
+//! points tell from their noise: the range of slopes they allow
+//! ([`Trend`]; with 2 points, their one slope) lies above 0. When it holds
+//! 0, "not within the horizon" is said only if even its steepest slope
+//! keeps the drive above its floors; otherwise there is no forecast (see
+//! [`forecast`]).
 //!
 //! It extrapolates, and is judged on curves it was not tuned on
 //! (`tools/forecast-sim.py`: the testbed's model, four other saturating
@@ -167,13 +169,26 @@ pub fn fit(points: &[AgePoint]) -> Option<Fit> {
 }
 
 /// A fit, and the range of slopes its points allow.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Trend {
     pub fit: Fit,
-    /// About 95 % (Sen 1968): the pair slopes at ranks (N ∓ 1.96·σ)/2 of
-    /// the N sorted, σ² = n(n−1)(2n+5)/18 (the variance of Kendall's S
-    /// with no trend, n points). Few points: the least and the greatest.
+    /// About 95 % (Sen 1968): of the N sorted pair slopes, the M1-th and
+    /// the (M2+1)-th, M1,2 = (N ∓ 1.96·σ)/2, σ² = n(n−1)(2n+5)/18 (the
+    /// variance of Kendall's S with no trend, n points; σ counts every
+    /// point though pairs closer than [`MIN_AGE_SPREAD`] give no slope,
+    /// which widens the range a little). With 3 to 5 points it is the least
+    /// and the greatest slope: every pair must slow down with age. With 2
+    /// points it is their one slope: nothing is checked against noise (a
+    /// one-round survey of two age buckets).
     pub k_range: (f64, f64),
+    xs: Vec<(f64, f64)>,
+}
+
+impl Trend {
+    /// The fit at the steepest slope the points allow.
+    fn steepest(&self) -> Option<Fit> {
+        Fit::through(&self.xs, self.k_range.1)
+    }
 }
 
 /// [`fit`] with its [`Trend::k_range`].
@@ -193,12 +208,13 @@ pub fn trend(points: &[AgePoint]) -> Option<Trend> {
     let n = xs.len() as f64;
     let c = 1.96 * (n * (n - 1.0) * (2.0 * n + 5.0) / 18.0).sqrt();
     let last = slopes.len() - 1;
-    let rank = |r: f64| (r.max(0.0) as usize).min(last);
-    let lo = slopes[rank(((slopes.len() as f64 - c) / 2.0).floor())];
-    let hi = slopes[rank(((slopes.len() as f64 + c) / 2.0).ceil())];
+    // 0-based: the (M2+1)-th is at M2, rounded outwards; the M1-th as far
+    // from the other end.
+    let upper = (((slopes.len() as f64 + c) / 2.0).ceil() as usize).min(last);
     Some(Trend {
         fit: Fit::through(&xs, k)?,
-        k_range: (lo, hi),
+        k_range: (slopes[last - upper], slopes[upper]),
+        xs,
     })
 }
 
@@ -312,8 +328,14 @@ pub fn forecast(
         .collect();
     let until = |fit: Fit| seconds_until_degraded(fit, &mix, fresh_bps, stale_after, th);
     let (lo, hi) = t.k_range;
-    let seconds = if lo > 0.0 {
-        until(t.fit) // slowing down with age, beyond the rounds' noise
+    // The present first: stale data this round measured below its floors
+    // is below now, whatever the slopes say of the future.
+    let measured = judge(sample.stale.median_bps(), Some(fresh_bps), th);
+    let on_the_median = until(t.fit);
+    let seconds = if measured.below() {
+        Some(0.0)
+    } else if lo > 0.0 || on_the_median == Some(0.0) {
+        on_the_median // slowing down with age beyond the noise, or below now
     } else if hi <= 0.0 {
         None // not slowing down with age
     } else {
@@ -324,7 +346,7 @@ pub fn forecast(
         // testbed's rounds read 150–350 MB/s whatever the data's age, the
         // median slope came out ≈ 0, and "not degraded within 3 years"
         // stood 10 days before the drive degraded).
-        if until(Fit::through(&log_points(&points), hi)?).is_some() {
+        if until(t.steepest()?).is_some() {
             return None; // no forecast
         }
         None // not within the horizon, even at the steepest

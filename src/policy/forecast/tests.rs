@@ -216,8 +216,38 @@ fn rounds_that_cannot_tell_a_slope_give_no_forecast() {
 fn flat_data_far_above_the_floor_is_not_degraded_within_the_horizon() {
     let (h, s) = history_of(|i| 0.07 * (1.0 + 0.01 * (i as f64 * 2.1).sin()));
     let t = trend(&h.points()).unwrap();
-    assert!(t.k_range.0 <= 0.0, "{t:?}");
+    assert!(t.k_range.0 <= 0.0 && t.k_range.1 > 0.0, "{t:?}");
     let f = forecast(&h, &s, STALE_AFTER, th(0.5)).unwrap();
     assert_eq!(f.seconds_until_degraded, None, "{t:?}");
     assert_eq!(f.words(), "not degraded within 3 years");
+}
+
+/// A curve that levelled off, one round of three buckets (a survey):
+/// excess 0.3, 2.0 and 1.9 at 1.5, 3 and 6 months. The pair slopes hold 0,
+/// and the fit's middle bucket (0.76) is above the floor, but the stale
+/// data measured below it (its median region at a third of fresh): below
+/// now, not "none".
+#[test]
+fn a_drive_below_its_floors_now_is_said_so_whatever_the_slopes() {
+    let ages = [(1.5, 0.3), (3.0, 2.0), (6.0, 1.9)];
+    let mut h = History::default();
+    h.add_readings(
+        FRESH,
+        ages.iter().map(|&(m, e)| (m, FRESH / (1.0 + e))).collect(),
+    );
+    let t = trend(&h.points()).unwrap();
+    assert!(t.k_range.0 <= 0.0 && t.k_range.1 > 0.0, "{t:?}");
+    let mut s = sample_of(1.5);
+    s.buckets = ages
+        .iter()
+        .map(|&(m, _)| {
+            let mut b = sample_of(m).buckets.remove(0);
+            b.bytes = 64 << 20;
+            b
+        })
+        .collect();
+    assert_eq!(forecast(&h, &s, STALE_AFTER, th(0.5)), None, "not measured");
+    s.stale.throughput = crate::sampler::Percentiles::of(&[FRESH / 3.0]);
+    let f = forecast(&h, &s, STALE_AFTER, th(0.5)).unwrap();
+    assert_eq!(f.seconds_until_degraded, Some(0.0), "{t:?}");
 }
