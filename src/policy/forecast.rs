@@ -72,7 +72,7 @@ pub const MIN_EXCESS: f64 = 0.05;
 /// simulation's independent noise, and 32 keeps them twice as long.
 pub const ROUNDS_KEPT: usize = 16;
 /// Two points tell a slope when their ages differ by this factor.
-const MIN_AGE_SPREAD: f64 = 1.02;
+pub const MIN_AGE_SPREAD: f64 = 1.02;
 
 /// One age bucket of one round: its data's mean age and its excess.
 #[derive(Debug, Clone, Copy, PartialEq)]

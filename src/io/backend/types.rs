@@ -44,7 +44,7 @@ impl Op {
 /// One request: which file handle (epoch), buffer, operation and range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
-    /// The epoch of the [`super::fileio::FileIo`] that submitted it.
+    /// The epoch of the [`crate::io::fileio::FileIo`] that submitted it.
     pub epoch: u32,
     pub fd: RawFd,
     pub buf: usize,
@@ -76,7 +76,7 @@ pub trait IoBackend: Send + std::fmt::Debug {
     /// # Safety
     /// `req.fd` must stay open, and buffer `req.buf` untouched by the
     /// caller, until the request's completion has been returned by `wait`.
-    /// [`super::fileio::FileIo`] guarantees both.
+    /// [`crate::io::fileio::FileIo`] guarantees both.
     unsafe fn submit(&mut self, req: Request) -> io::Result<()>;
     /// Next completion of any epoch, waiting at most `timeout`; `None` on
     /// timeout or when nothing is in flight.
