@@ -16,9 +16,9 @@
 //! six were (−19..+18 %), but under `.ci/stress` one forecast was +112 %
 //! (16 rounds: five suites under `.ci/stress` passed). This test alone
 //! beside `stress-ng --cpu 2 --io 2`: three runs in stop 31, −22..−26 %,
-//! −26..−39 %, −23..−5 %; six in stop 32, five within ±25 % (−16..−4,
-//! −24..−19, −22..−14, −14..−2, −19..−8 %) and one −26..−15 %: early,
-//! every one. The early lean is the model's: a power of
+//! −26..−39 %, −23..−5 %; six in stop 32, four within ±25 % (−16..−4,
+//! −24..−14, −14..−2, −19..−8 %), two just past it (−27..−19,
+//! −26..−15 %): early, every one. The early lean is the model's: a power of
 //! age fitted on the rise extrapolates past the testbed's curve as it
 //! levels off (`tools/forecast-sim.py`, which also judges the fit on eight
 //! other decay shapes); a warning that comes a few days too soon. Noise
