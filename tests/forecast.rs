@@ -131,7 +131,7 @@ fn privileged_the_forecast_says_when_the_drive_degrades() {
             if again == 0 {
                 let fresh = j.fresh_bps.expect("a canary on the testbed");
                 history.add(&sample, fresh);
-                let f = forecast::forecast(&history, &sample, s.stale_after, th);
+                let f = forecast::forecast(&history, &sample, &j, s.stale_after, th);
                 eprintln!(
                     "age {age:.1} months: ratio {:?}, {}, forecast {:?}",
                     j.ratio,

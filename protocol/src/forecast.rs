@@ -22,12 +22,13 @@ pub struct Forecast {
 }
 
 impl Forecast {
-    /// "degraded in ~23 days", "below its floors now", "not degraded
-    /// within 3 years".
+    /// "degraded in ~23 days", "degraded within the hour", "below its
+    /// floors now", "not degraded within 3 years".
     pub fn words(&self) -> String {
         match self.seconds_until_degraded {
             None => format!("not degraded within {:.0} years", HORIZON_DAYS / 365.0),
             Some(s) if s <= 0.0 => "below its floors now".into(),
+            Some(s) if s < 3600.0 => "degraded within the hour".into(),
             Some(s) => format!("degraded in ~{}", span(s)),
         }
     }
@@ -44,7 +45,7 @@ impl Forecast {
 fn span(seconds: f64) -> String {
     let days = seconds / 86_400.0;
     if days < 2.0 {
-        format!("{:.0} hours", (seconds / 3600.0).max(1.0))
+        format!("{:.0} hours", seconds / 3600.0)
     } else if days < 90.0 {
         format!("{days:.0} days")
     } else {
@@ -70,6 +71,7 @@ mod tests {
     fn words_for_each_span() {
         assert_eq!(at(None), "not degraded within 3 years");
         assert_eq!(at(Some(0.0)), "below its floors now");
+        assert_eq!(at(Some(0.001)), "degraded within the hour");
         assert_eq!(at(Some(5.0 * 3600.0)), "degraded in ~5 hours");
         assert_eq!(at(Some(23.0 * 86_400.0)), "degraded in ~23 days");
         assert_eq!(at(Some(300.0 * 86_400.0)), "degraded in ~10 months");

@@ -31,8 +31,10 @@
 //! lift the median, so the prediction is not monotone in Δ); none within
 //! [`HORIZON_DAYS`] is said so.
 //!
-//! **Only what the points can tell.** Stale data the round measured below
-//! its floors is below now. Beyond that, a forecast needs a slope its
+//! **Only what the points can tell.** The present is the round's own
+//! verdict (the one `status` shows): stale data it measured below its
+//! floors is below now, and where the fit puts the data below already but
+//! the round measured it above, it crosses "within the hour". Beyond that, a forecast needs a slope its
 //! points tell from their noise: the range of slopes they allow
 //! ([`Trend`]; with 2 points, their one slope) lies above 0. When it holds
 //! 0, "not within the horizon" is said only if even its steepest slope
@@ -55,7 +57,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::{judge, Thresholds};
+use super::{judge, Judgement, Thresholds};
 use crate::sampler::{DriveSample, MONTH};
 pub use refreshd_protocol::forecast::{Forecast, HORIZON_DAYS};
 
@@ -283,17 +285,35 @@ pub fn seconds_until_degraded(
     stale_after: Duration,
     th: Thresholds,
 ) -> Option<f64> {
-    let stale_after_months = stale_after.as_secs_f64() / MONTH;
-    let below = |months: f64| {
-        predicted_stale_bps(fit, mix, fresh_bps, stale_after_months, months)
-            .is_some_and(|s| judge(Some(s), Some(fresh_bps), th).below())
-    };
+    let below = below_at(fit, mix, fresh_bps, stale_after, th);
     if below(0.0) {
         return Some(0.0);
     }
-    // Day by day: data that turns stale joins the median and may lift it
-    // (the prediction is monotone only between such days), so the first
-    // day below is found by walking, then refined within it.
+    first_crossing(below)
+}
+
+/// Whether the stale data is predicted below a floor `months` from now.
+fn below_at(
+    fit: Fit,
+    mix: &[(f64, u64)],
+    fresh_bps: f64,
+    stale_after: Duration,
+    th: Thresholds,
+) -> impl Fn(f64) -> bool + '_ {
+    let stale_after_months = stale_after.as_secs_f64() / MONTH;
+    move |months: f64| {
+        predicted_stale_bps(fit, mix, fresh_bps, stale_after_months, months)
+            .is_some_and(|s| judge(Some(s), Some(fresh_bps), th).below())
+    }
+}
+
+/// Seconds to the first moment after now that `below` holds, within the
+/// horizon. Day by day: data that turns stale joins the median and may
+/// lift it (the prediction is monotone only between such days), so the
+/// first day below is found by walking, then refined within it. Never 0:
+/// if the prediction is below already, it is the first instant after now
+/// the bisection can tell (a fraction of a second).
+fn first_crossing(below: impl Fn(f64) -> bool) -> Option<f64> {
     let day = 86_400.0 / MONTH;
     let days = HORIZON_DAYS as usize;
     let first = (1..=days).find(|&d| below(d as f64 * day))?;
@@ -310,11 +330,13 @@ pub fn seconds_until_degraded(
 }
 
 /// The forecast for a drive after a round: its history (with this
-/// round added by the caller) and this round's mix of ages, against the
-/// history's fresh reference.
+/// round added by the caller), this round's mix of ages, and the round's
+/// own verdict (`now`: what `status` and the health machine say of the
+/// present; the fit speaks only of the future).
 pub fn forecast(
     history: &History,
     sample: &DriveSample,
+    now: &Judgement,
     stale_after: Duration,
     th: Thresholds,
 ) -> Option<Forecast> {
@@ -326,16 +348,17 @@ pub fn forecast(
         .iter()
         .filter_map(|b| Some((b.mean_months?, b.bytes)))
         .collect();
-    let until = |fit: Fit| seconds_until_degraded(fit, &mix, fresh_bps, stale_after, th);
+    // The present is the round's: from the fit, only the future. A fit
+    // that puts the data below already, where the round measured it above,
+    // says it crosses within moments.
+    let until = |fit: Fit| first_crossing(below_at(fit, &mix, fresh_bps, stale_after, th));
     let (lo, hi) = t.k_range;
-    // The present first: stale data this round measured below its floors
-    // is below now, whatever the slopes say of the future.
-    let measured = judge(sample.stale.median_bps(), Some(fresh_bps), th);
-    let on_the_median = until(t.fit);
-    let seconds = if measured.below() {
+    let seconds = if now.below() {
+        // Stale data the round measured below its floors is below now,
+        // whatever the slopes say of the future.
         Some(0.0)
-    } else if lo > 0.0 || on_the_median == Some(0.0) {
-        on_the_median // slowing down with age beyond the noise, or below now
+    } else if lo > 0.0 {
+        until(t.fit) // slowing down with age beyond the noise
     } else if hi <= 0.0 {
         None // not slowing down with age
     } else {

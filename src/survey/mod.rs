@@ -150,7 +150,7 @@ fn one_round_forecast(
     let fresh = j.fresh_bps.filter(|_| j.slow.is_none())?;
     let mut history = policy::forecast::History::default();
     history.add(sample, fresh);
-    policy::forecast::forecast(&history, sample, opts.stale_after, opts.thresholds)
+    policy::forecast::forecast(&history, sample, j, opts.stale_after, opts.thresholds)
 }
 
 /// Ages the files as the daemon does: their last refresh from its record

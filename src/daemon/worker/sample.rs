@@ -108,7 +108,7 @@ fn look_ahead(
         min_throughput: s.min_throughput,
         min_ratio: s.min_ratio,
     };
-    forecast::forecast(ages, sample, s.stale_after, th)
+    forecast::forecast(ages, sample, j, s.stale_after, th)
 }
 
 /// The files the round draws from, bucket by bucket.

@@ -177,6 +177,11 @@ fn history_of(excess: impl Fn(usize) -> f64) -> (History, DriveSample) {
     (h, sample_of(months(15)))
 }
 
+/// A round's verdict: its stale data above the floors.
+fn above() -> Judgement {
+    judge(Some(FRESH), Some(FRESH), th(0.5))
+}
+
 const STALE_AFTER: Duration = Duration::from_secs(30 * 86_400);
 
 #[test]
@@ -186,7 +191,7 @@ fn a_slope_beyond_the_noise_keeps_its_forecast() {
     let (h, s) = history_of(|i| law(1.0 + i as f64 * 0.02) * wobble(i));
     let t = trend(&h.points()).unwrap();
     assert!(t.k_range.0 > 3.0 && t.k_range.1 < 7.0, "{t:?}");
-    let f = forecast(&h, &s, STALE_AFTER, th(0.5)).unwrap();
+    let f = forecast(&h, &s, &above(), STALE_AFTER, th(0.5)).unwrap();
     let want = (10f64.powf(0.2) - 1.3) * MONTH;
     let got = f.seconds_until_degraded.unwrap();
     assert!((got / want - 1.0).abs() < 0.1, "{got} vs {want}");
@@ -207,7 +212,7 @@ fn rounds_that_cannot_tell_a_slope_give_no_forecast() {
         on_the_median.is_none_or(|s| s > 365.0 * 86_400.0),
         "the reassuring answer the rule replaces: {on_the_median:?}"
     );
-    assert_eq!(forecast(&h, &s, STALE_AFTER, th(0.5)), None);
+    assert_eq!(forecast(&h, &s, &above(), STALE_AFTER, th(0.5)), None);
 }
 
 /// Data a little slower than fresh, flat with age: even the steepest slope
@@ -217,7 +222,7 @@ fn flat_data_far_above_the_floor_is_not_degraded_within_the_horizon() {
     let (h, s) = history_of(|i| 0.07 * (1.0 + 0.01 * (i as f64 * 2.1).sin()));
     let t = trend(&h.points()).unwrap();
     assert!(t.k_range.0 <= 0.0 && t.k_range.1 > 0.0, "{t:?}");
-    let f = forecast(&h, &s, STALE_AFTER, th(0.5)).unwrap();
+    let f = forecast(&h, &s, &above(), STALE_AFTER, th(0.5)).unwrap();
     assert_eq!(f.seconds_until_degraded, None, "{t:?}");
     assert_eq!(f.words(), "not degraded within 3 years");
 }
@@ -246,8 +251,35 @@ fn a_drive_below_its_floors_now_is_said_so_whatever_the_slopes() {
             b
         })
         .collect();
-    assert_eq!(forecast(&h, &s, STALE_AFTER, th(0.5)), None, "not measured");
-    s.stale.throughput = crate::sampler::Percentiles::of(&[FRESH / 3.0]);
-    let f = forecast(&h, &s, STALE_AFTER, th(0.5)).unwrap();
+    assert_eq!(
+        forecast(&h, &s, &above(), STALE_AFTER, th(0.5)),
+        None,
+        "not measured"
+    );
+    let measured = judge(Some(FRESH / 3.0), Some(FRESH), th(0.5));
+    let f = forecast(&h, &s, &measured, STALE_AFTER, th(0.5)).unwrap();
     assert_eq!(f.seconds_until_degraded, Some(0.0), "{t:?}");
+}
+
+/// The present is the round's verdict, the fit's only the future: where
+/// the fit puts the data below its floors already and the round measured
+/// it above (the verdict `status` shows), the forecast is "within
+/// moments", not "below its floors now"; with the round below, it is now.
+#[test]
+fn the_present_is_the_rounds_verdict_not_the_fits() {
+    // The law at 1.0–1.3 months, the mix 2 months old: excess 3.2 by the
+    // fit, below a 0.5 ratio floor.
+    let (h, mut s) = history_of(|i| law(1.0 + i as f64 * 0.02));
+    s.buckets[0].mean_months = Some(2.0);
+    let mix = [(2.0, 64 << 20)];
+    let t = trend(&h.points()).unwrap();
+    let by_the_fit = seconds_until_degraded(t.fit, &mix, FRESH, STALE_AFTER, th(0.5));
+    assert_eq!(by_the_fit, Some(0.0), "the fit alone says below now");
+    let f = forecast(&h, &s, &above(), STALE_AFTER, th(0.5)).unwrap();
+    let soon = f.seconds_until_degraded.unwrap();
+    assert!(soon > 0.0 && soon < 60.0, "{soon}");
+    assert_eq!(f.words(), "degraded within the hour");
+    let measured = judge(Some(FRESH / 3.0), Some(FRESH), th(0.5));
+    let f = forecast(&h, &s, &measured, STALE_AFTER, th(0.5)).unwrap();
+    assert_eq!(f.words(), "below its floors now");
 }
