@@ -21,7 +21,8 @@ rounds, against the median canary of the kept rounds.
     python3 tools/forecast-sim.py [SIGMA] [ROUNDS_KEPT,...]   # ~1 min per row
 
 Prints, per shape, the forecasts' mean error / sd / the share of runs
-whose every forecast is within ±25 %.
+whose every forecast is within ±25 % / the share of forecasts withheld
+because the slope's range held 0 (a withheld forecast counts as a miss).
 """
 import math
 import random
@@ -55,18 +56,34 @@ def median(v):
 
 
 def months_until_excess_1(points, age):
-    """The code's fit and its crossing of excess 1 (half of fresh)."""
+    """The code's fit and its crossing of excess 1 (half of fresh), with
+    its rule for a slope the points cannot tell from their noise (Sen's
+    ~95 % range of the slope holds 0): no forecast (None) unless even the
+    steepest slope in the range stays above the floor (math.inf: "not
+    within the horizon", as is a slope at or below 0)."""
     xs = [(math.log(a), math.log(e)) for a, e in points]
-    slopes = [(q[1] - p[1]) / (q[0] - p[0])
-              for i, p in enumerate(xs) for q in xs[i + 1:]
-              if abs(q[0] - p[0]) >= math.log(1.02)]
+    slopes = sorted((q[1] - p[1]) / (q[0] - p[0])
+                    for i, p in enumerate(xs) for q in xs[i + 1:]
+                    if abs(q[0] - p[0]) >= math.log(1.02))
     if not slopes:
         return None
-    k = median(slopes)
-    ln_c = median([y - k * x for x, y in xs])
-    if k <= 0 or -ln_c / k > 5:
-        return None
-    return max(0.0, math.exp(-ln_c / k) - age)
+    n = len(xs)
+    c = 1.96 * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
+    last = len(slopes) - 1
+    upper = min(math.ceil((len(slopes) + c) / 2), last)
+    lo, hi = slopes[last - upper], slopes[upper]
+
+    def crossing(k):
+        ln_c = median([y - k * x for x, y in xs])
+        if k <= 0 or -ln_c / k > 5:
+            return math.inf
+        return max(0.0, math.exp(-ln_c / k) - age)
+
+    if lo > 0:
+        return crossing(median(slopes))
+    if hi <= 0:
+        return math.inf
+    return None if math.isfinite(crossing(hi)) else math.inf
 
 
 def span(f):
@@ -101,25 +118,30 @@ def run(f, seed, sigma, keep):
             break
         age += step
     at = age - step / 2
-    return [d / (at - a) - 1 if d is not None else math.inf
+    # No forecast (None) and "not within the horizon" (inf) both miss.
+    return [d / (at - a) - 1 if d is not None else None
             for a, d in said if 8 * step <= at - a < 16 * step]
 
 
 def main():
     sigma = float(sys.argv[1]) if len(sys.argv) > 1 else 0.01
     keeps = [int(k) for k in sys.argv[2].split(",")] if len(sys.argv) > 2 else [16, 32]
-    print(f"sigma {sigma}: mean error / sd / runs with every forecast within ±25 %")
+    print(f"sigma {sigma}: mean error / sd / runs with every forecast within ±25 %"
+          " / forecasts withheld (the slope's range held 0)")
     for keep in keeps:
         row, oks = f"kept {keep:2d}", []
         for name, f in SHAPES.items():
-            errs, worst = [], []
+            errs, worst, said, none = [], [], 0, 0
             for seed in range(RUNS):
                 e = run(f, seed, sigma, keep)
+                said, none = said + len(e), none + e.count(None)
+                e = [math.inf if x is None else x for x in e]
                 errs += [x for x in e if math.isfinite(x)]
                 worst.append(max(map(abs, e)) if e else math.inf)
             ok = sum(w <= 0.25 for w in worst) / RUNS
             oks.append(ok)
-            row += f" | {name} {st.mean(errs):+.2f}/{st.pstdev(errs):.2f}/{ok:.2f}"
+            row += (f" | {name} {st.mean(errs):+.2f}/{st.pstdev(errs):.2f}/{ok:.2f}"
+                    f"/{none / max(said, 1):.2f}")
         print(f"{row} || mean {st.mean(oks):.2f}", flush=True)
 
 
