@@ -34,12 +34,13 @@
 //! **Only what the points can tell.** The present is the round's own
 //! verdict (the one `status` shows): stale data it measured below its
 //! floors is below now, and where the fit puts the data below already but
-//! the round measured it above, it crosses "within the hour". Beyond that, a forecast needs a slope its
-//! points tell from their noise: the range of slopes they allow
-//! ([`Trend`]; with 2 points, their one slope) lies above 0. When it holds
-//! 0, "not within the horizon" is said only if even its steepest slope
-//! keeps the drive above its floors; otherwise there is no forecast (see
-//! [`forecast`]).
+//! the round measured it above, it crosses "within the hour". Beyond
+//! that, a forecast needs a slope its points tell from their noise: the
+//! range of slopes they allow ([`Trend`]; with 2 points their one slope,
+//! which bounds nothing: a falling one gives no forecast) lies above 0.
+//! When it holds 0, "not within the horizon" is said only if even its
+//! steepest slope keeps the drive above its floors; otherwise there is no
+//! forecast (see [`forecast`]).
 //!
 //! It extrapolates, and is judged on curves it was not tuned on
 //! (`tools/forecast-sim.py`: the testbed's model, four other saturating
@@ -180,16 +181,21 @@ pub struct Trend {
     /// point though pairs closer than [`MIN_AGE_SPREAD`] give no slope,
     /// which widens the range a little). With 3 to 5 points it is the least
     /// and the greatest slope: every pair must slow down with age. With 2
-    /// points it is their one slope: nothing is checked against noise (a
-    /// one-round survey of two age buckets).
+    /// points it is their one slope up to any steeper (`f64::INFINITY`):
+    /// a rising slope gives a forecast (a one-round survey of two age
+    /// buckets: the warning is worth giving), a falling one no forecast,
+    /// never "not within the horizon" (two noisy rounds say nothing of
+    /// the drive's 3 years).
     pub k_range: (f64, f64),
     xs: Vec<(f64, f64)>,
 }
 
 impl Trend {
-    /// The fit at the steepest slope the points allow.
+    /// The fit at the steepest slope the points allow; `None` if nothing
+    /// bounds it.
     fn steepest(&self) -> Option<Fit> {
-        Fit::through(&self.xs, self.k_range.1)
+        let k = self.k_range.1;
+        k.is_finite().then(|| Fit::through(&self.xs, k))?
     }
 }
 
@@ -213,9 +219,14 @@ pub fn trend(points: &[AgePoint]) -> Option<Trend> {
     // 0-based: the (M2+1)-th is at M2, rounded outwards; the M1-th as far
     // from the other end.
     let upper = (((slopes.len() as f64 + c) / 2.0).ceil() as usize).min(last);
+    let k_range = if xs.len() == 2 {
+        (k, f64::INFINITY)
+    } else {
+        (slopes[last - upper], slopes[upper])
+    };
     Some(Trend {
         fit: Fit::through(&xs, k)?,
-        k_range: (slopes[last - upper], slopes[upper]),
+        k_range,
         xs,
     })
 }

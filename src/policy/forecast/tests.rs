@@ -283,3 +283,25 @@ fn the_present_is_the_rounds_verdict_not_the_fits() {
     let f = forecast(&h, &s, &measured, STALE_AFTER, th(0.5)).unwrap();
     assert_eq!(f.words(), "below its floors now");
 }
+
+/// Two points are one slope, which nothing bounds: a rising one is a
+/// warning worth giving (a one-round survey of two age buckets), a falling
+/// one is not "not degraded within 3 years" (two early rounds on the
+/// testbed, 0.8 and 0.9 months, fitted age^-0.9 and said so two weeks
+/// before the drive degraded).
+#[test]
+fn two_points_warn_but_never_reassure() {
+    let two = |older_excess: f64| {
+        let mut h = History::default();
+        h.add_readings(
+            FRESH,
+            vec![(1.0, FRESH / 1.3), (1.5, FRESH / (1.0 + older_excess))],
+        );
+        let mut s = sample_of(1.0);
+        s.buckets.push(sample_of(1.5).buckets.remove(0));
+        forecast(&h, &s, &above(), STALE_AFTER, th(0.5))
+    };
+    let rising = two(0.6).unwrap();
+    assert!(rising.seconds_until_degraded.is_some(), "{rising:?}");
+    assert_eq!(two(0.2), None, "a falling slope from two points");
+}
