@@ -120,22 +120,46 @@ fn run_throttled(
     watch: &mut TestWatch,
     p: ExecParams,
     len: u64,
-    mut throttle: Throttle,
+    throttle: Throttle,
 ) -> ExecResult {
+    let ran = run_leaving(ring, watch, p, len, throttle);
+    assert_eq!(
+        ran.in_flight, 0,
+        "the executor returns with nothing in flight"
+    );
+    ran.result
+}
+
+/// What a run left behind on its handle.
+struct Ran {
+    result: ExecResult,
+    /// Writes still in flight (the ring could not reap them).
+    in_flight: usize,
+    /// Whether in place's last look after the run (inplace.rs) may look.
+    last_look: bool,
+}
+
+/// [`run_throttled`], for runs that may leave a write in flight.
+fn run_leaving(
+    ring: &mut Ring,
+    watch: &mut TestWatch,
+    p: ExecParams,
+    len: u64,
+    mut throttle: Throttle,
+) -> Ran {
     // SAFETY: a fake fd for the in-memory device; never passed to the kernel.
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(FD) };
     let mut io = ring.file(fd).expect("handle");
     let mut bytes = 0;
-    let r = run_direct(&mut io, &chunks(len), &mut throttle, watch, p, &mut |n| {
+    let result = run_direct(&mut io, &chunks(len), &mut throttle, watch, p, &mut |n| {
         bytes += n
     });
-    assert_eq!(bytes, r.written, "progress reports every written byte");
-    assert_eq!(
-        io.in_flight(),
-        0,
-        "the executor returns with nothing in flight"
-    );
-    r
+    assert_eq!(bytes, result.written, "progress reports every written byte");
+    Ran {
+        result,
+        in_flight: io.in_flight(),
+        last_look: io.no_write_in_flight().is_some(),
+    }
 }
 
 fn watch(seq: &Arc<AtomicU64>, after: Option<u64>) -> TestWatch {
@@ -487,22 +511,9 @@ fn a_failed_wait_in_narrowing_reaps_the_write_before_the_times_are_looked_at() {
         let mut w = watch(&seq, None);
         w.device_writes = dev.writes_pending.clone();
         let mut ring = Ring::new(Box::new(dev), Default::default());
-        // SAFETY: a fake fd for the in-memory device; never passed to the kernel.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(FD) };
-        let mut io = ring.file(fd).expect("handle");
-        let mut throttle = Throttle::new(None, CHUNK);
-        let r = run_direct(
-            &mut io,
-            &chunks(64 * 1024),
-            &mut throttle,
-            &mut w,
-            params(),
-            &mut |_| {},
-        );
-        let left = io.in_flight();
-        // What in place's last look after the run asks (inplace.rs).
-        let last_look = io.no_write_in_flight().is_some();
-        drop(io);
+        let throttle = Throttle::new(None, CHUNK);
+        let ran = run_leaving(&mut ring, &mut w, params(), 64 * 1024, throttle);
+        let (r, left, last_look) = (ran.result, ran.in_flight, ran.last_look);
         drop(ring); // a discarded device still finishes what it was given
         let case = format!("{} {order:?}", if for_good { "for good" } else { "once" });
         assert!(
