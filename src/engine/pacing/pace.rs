@@ -52,6 +52,17 @@
 //! application has not read for [`QUIET`] (longer than the pauses of a
 //! bursty reader), the refresh runs at the configured rate and depth.
 //!
+//! **Pauses.** A bursty application's pauses are shorter than that (a 2 s
+//! burst, a 2 s pause): after [`PAUSE`] without a read, and [`PAUSE_GAPS`]
+//! of its mean gap between reads (a light reader's reads come apart by
+//! chance), the refresh runs at the configured rate and depth, its
+//! requests still of the size sharing set. The application's first read
+//! ends the pause before our next request, not at the next tick: each
+//! call looks at the drive's reads in flight (`/sys/block/<dev>/inflight`)
+//! for one that is not ours; that read waits for at most what we have in
+//! flight. The time we ran fast is not held against the controller's
+//! rate.
+//!
 //! A refresh starts at its configured rate: on an idle drive it costs
 //! nothing (a one-shot is as fast as `dd`). Beside an application it
 //! learns first: the drive's reads in flight are looked at before the
@@ -107,6 +118,15 @@ pub const LEARN: Duration = Duration::from_millis(400);
 pub const RELEARN: Duration = Duration::from_secs(30);
 /// With no read of the application this long, the drive is the refresh's.
 pub const QUIET: Duration = Duration::from_secs(3);
+/// While sharing, the application pauses when it has not read for this
+/// long, and for [`PAUSE_GAPS`] of its mean gap between reads: the refresh
+/// runs at the configured rate and depth, at the request size sharing set,
+/// until the application has a read in flight.
+pub const PAUSE: Duration = Duration::from_millis(300);
+/// A pause is this many of the application's gaps between reads (an
+/// application whose reads come at random is gone ten of its mean gaps by
+/// chance once in e^10, 22,000 gaps).
+pub const PAUSE_GAPS: u32 = 10;
 /// A request while sharing the drive is this many seconds of the rate: a
 /// read of the application queued behind one waits little.
 const REQUEST_TIME: f64 = 0.01;
@@ -186,6 +206,12 @@ pub struct Pacer {
     learned: (u64, f64),
     /// The last time the application read.
     app_seen: Option<Duration>,
+    /// The last tick the application read anything, and its mean gap
+    /// between reads while it reads (for its pauses).
+    app_read_at: Option<Duration>,
+    app_gap: Duration,
+    /// Sharing, the application paused (see [`PAUSE`]).
+    paused: bool,
     /// The rate while sharing, and when it last changed.
     rate: f64,
     decided: Duration,
@@ -237,6 +263,9 @@ impl Pacer {
             baseline: None,
             learned: (0, 0.0),
             app_seen: None,
+            app_read_at: None,
+            app_gap: Duration::ZERO,
+            paused: false,
             rate: cfg.floor.0 as f64,
             decided: Duration::ZERO,
             depth: 1,
@@ -339,17 +368,43 @@ impl Pacer {
                 request: Some(MIN_REQUEST),
                 depth_bounds_writes: true,
             },
-            Phase::Sharing => {
-                let rate = self.rate.min(self.full()).max(self.floor() as f64);
-                let request = ((rate * REQUEST_TIME) as u64).clamp(MIN_REQUEST, MAX_REQUEST);
-                Allowance {
-                    rate: Some(rate as u64),
-                    depth: self.depth,
-                    request: Some(request / 4096 * 4096),
-                    depth_bounds_writes: true,
-                }
-            }
+            Phase::Sharing if self.paused => Allowance {
+                request: Some(self.sharing_request()),
+                depth_bounds_writes: true,
+                ..configured
+            },
+            Phase::Sharing => Allowance {
+                rate: Some(self.sharing_rate() as u64),
+                depth: self.depth,
+                request: Some(self.sharing_request()),
+                depth_bounds_writes: true,
+            },
         }
+    }
+
+    fn sharing_rate(&self) -> f64 {
+        self.rate.min(self.full()).max(self.floor() as f64)
+    }
+
+    /// A request while sharing: [`REQUEST_TIME`] of the rate.
+    fn sharing_request(&self) -> u64 {
+        let request = ((self.sharing_rate() * REQUEST_TIME) as u64).clamp(MIN_REQUEST, MAX_REQUEST);
+        request / 4096 * 4096
+    }
+
+    /// In a pause: whether the drive has reads in flight that are not
+    /// ours (each of ours counts as the pieces the block layer splits a
+    /// sharing request into). Ours are counted before they are submitted
+    /// and after they are reaped, on this thread: never fewer than the
+    /// drive's.
+    fn others_read_now(&mut self) -> bool {
+        let request = self.sharing_request();
+        let ours = self.own.reads_in_flight() as u64;
+        let Some(dev) = self.device.as_mut() else {
+            return false;
+        };
+        let ours = ours * request.div_ceil(dev.max_io().max(4096));
+        dev.reads_in_flight().is_some_and(|n| n > ours)
     }
 
     /// Looks at the drive if a tick has passed. Returns whether the
@@ -362,6 +417,14 @@ impl Pacer {
             self.app_seen = Some(now);
             self.start_learning(now);
             return true;
+        }
+        if self.paused && self.others_read_now() {
+            // The application reads again: before our next request, not
+            // at the next tick.
+            let before = self.allowance();
+            self.app_read_at = Some(now);
+            self.resume(now);
+            return self.allowance() != before;
         }
         if now < self.last_tick + TICK {
             return false;
@@ -382,8 +445,14 @@ impl Pacer {
         let counters = dev.read();
         let max_io = dev.max_io();
         let tick = self.reads.tick(counters, &own, max_io);
-        if tick.is_some_and(|t| t.reads > 0) && self.reads.reads() >= latency::MIN_READS / 2 {
-            self.app_seen = Some(now);
+        if tick.is_some_and(|t| t.reads > 0) {
+            self.app_read_at = Some(now);
+            if let Some(gap) = self.reads.gap(TICK) {
+                self.app_gap = gap;
+            }
+            if self.reads.reads() >= latency::MIN_READS / 2 {
+                self.app_seen = Some(now);
+            }
         }
         if matches!(self.phase, Phase::Sharing | Phase::Learning { .. }) {
             self.status.add(elapsed);

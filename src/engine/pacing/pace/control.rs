@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::{
-    latency, DepthTrial, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, LEARN, QUIET, RELEARN,
-    TICK,
+    latency, DepthTrial, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, LEARN, PAUSE, PAUSE_GAPS,
+    QUIET, RELEARN, TICK,
 };
 use crate::io::account::OwnDone;
 
@@ -31,14 +31,52 @@ impl Pacer {
             Phase::Sharing if self.baseline.is_none_or(|(_, at)| now >= at + RELEARN) => {
                 self.start_learning(now)
             }
-            Phase::Sharing => {
-                self.grow_depth(now, elapsed, own);
-                if now >= self.decided + DECIDE {
-                    self.decide(now);
-                }
-            }
+            Phase::Sharing => self.share(now, elapsed, own),
         }
         self.set_read_ioprio();
+    }
+
+    /// Sharing: the application's pauses are the refresh's; while it
+    /// reads, the controller's rate and depth.
+    fn share(&mut self, now: Duration, elapsed: Duration, own: &OwnDone) {
+        let quiet = self
+            .app_read_at
+            .map_or(Duration::ZERO, |t| now.saturating_sub(t));
+        let was_paused = self.paused;
+        self.paused = quiet >= PAUSE.max(self.app_gap * PAUSE_GAPS);
+        if self.paused {
+            self.progress = (Duration::ZERO, 0);
+            if !was_paused {
+                tracing::debug!(
+                    quiet_ms = quiet.as_millis() as u64,
+                    "the application pauses"
+                );
+                self.show(None);
+            }
+            return;
+        }
+        if was_paused {
+            self.resume(now);
+        }
+        self.grow_depth(now, elapsed, own);
+        if now >= self.decided + DECIDE {
+            self.decide(now);
+        }
+    }
+
+    /// The application reads again after a pause: the window starts now
+    /// (the time we ran at the configured rate in is not the
+    /// controller's to judge), and a depth on trial goes back untried.
+    pub(super) fn resume(&mut self, now: Duration) {
+        tracing::debug!("the application reads again");
+        self.paused = false;
+        self.reads.restart();
+        self.decided = now;
+        self.last_ratio = None;
+        if let Some(t) = self.depth_trial.take() {
+            self.depth = t.before;
+        }
+        self.show(None);
     }
 
     pub(super) fn start_learning(&mut self, now: Duration) {
@@ -187,6 +225,7 @@ impl Pacer {
 
     pub(super) fn leave_sharing(&mut self) {
         self.phase = Phase::Alone;
+        self.paused = false;
         self.depth = 1;
         self.forget_depth_trials();
         self.progress = (Duration::ZERO, 0);
@@ -202,6 +241,9 @@ impl Pacer {
                 "the application reads on {name}: {app:.2} ms per read, {:.2}× its {alone:.2} ms alone; refresh at {rate:.1} MiB/s",
                 app / alone.max(0.001)
             ),
+            None if self.paused => {
+                format!("the application on {name} pauses; refresh at {rate:.1} MiB/s until it reads")
+            }
             None => format!("the application reads on {name}; refresh at {rate:.1} MiB/s"),
         };
         let since = self

@@ -75,6 +75,13 @@ impl Separator {
         self.window.iter().map(|t| t.reads).sum::<i64>().max(0) as u64
     }
 
+    /// The mean time between the application's reads over the window,
+    /// when it read enough to say.
+    pub fn gap(&self, tick: std::time::Duration) -> Option<std::time::Duration> {
+        let reads = self.reads();
+        (reads >= MIN_READS / 2).then(|| tick * self.window.len() as u32 / reads as u32)
+    }
+
     /// The application's mean read latency over the window, in ms, when
     /// it read enough to say.
     pub fn latency_ms(&self) -> Option<f64> {

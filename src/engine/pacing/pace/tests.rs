@@ -437,3 +437,90 @@ fn writes_carry_best_effort_7_under_idle_and_the_threads_own_under_inherit() {
     assert_eq!(write_ioprio(IoPriority::Inherit, 0), 0);
     assert_eq!(write_ioprio(IoPriority::Inherit, IOPRIO_BE7), IOPRIO_BE7);
 }
+
+/// A bursty application (reads 2 s, pauses 2 s, at 100 reads a tick): in
+/// its pauses the refresh runs at the configured rate and depth, at the
+/// request size sharing set; the first tick it reads again brings the
+/// controller's rate back, and the next decision judges the burst alone
+/// (not the tick we ran fast in).
+#[test]
+fn the_applications_pauses_are_the_refreshs_at_the_sharing_depth() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    r.app_for(DECIDE * 4, 1, 0.4);
+    let sharing = r.pacer.allowance();
+    assert!(sharing.rate.unwrap() < 50 * MIB, "{sharing:?}");
+    // Two ticks without a read: a gap, not yet a pause.
+    r.tick_with(1, 0, 0.0);
+    r.tick_with(1, 0, 0.0);
+    assert_eq!(r.pacer.allowance(), sharing, "a gap of two ticks");
+    for _ in 0..15 {
+        r.tick_with(1, 0, 0.0);
+        assert!(r.sharing());
+    }
+    let paused = r.pacer.allowance();
+    assert_eq!(paused.rate, Some(50 * MIB), "paused: the configured rate");
+    assert_eq!(paused.depth, 8, "and depth");
+    let y = r.pacer.status().yielding().unwrap();
+    assert!(
+        y.reason.contains("pauses; refresh at 50.0 MiB/s"),
+        "{}",
+        y.reason
+    );
+    assert_eq!(
+        (paused.request, paused.depth_bounds_writes),
+        (sharing.request, true),
+        "at the sharing request size"
+    );
+    // It reads again, slowed by the tick we ran fast in: the controller's
+    // rate at once, and that tick is not held against the rate.
+    r.tick_with(1, 100, 1.2);
+    assert_eq!(r.pacer.allowance(), sharing);
+    r.app_for(DECIDE * 2, 1, 0.4);
+    assert!(r.rate() >= sharing.rate.unwrap(), "{} after", r.rate());
+}
+
+/// A light reader's reads come apart by chance: a gap of three ticks is a
+/// pause only for a reader that reads many times a tick; one reading 3 a
+/// tick (30 a second) must be gone ten of its gaps.
+#[test]
+fn a_light_readers_gaps_are_not_pauses() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    for _ in 0..20 {
+        r.tick_with(1, 3, 0.4);
+    }
+    let sharing = r.pacer.allowance();
+    for _ in 0..3 {
+        r.tick_with(1, 0, 0.0);
+    }
+    assert_eq!(r.pacer.allowance(), sharing, "3 ticks: within its gaps");
+    for _ in 0..4 {
+        r.tick_with(1, 0, 0.0);
+    }
+    assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "paused");
+}
+
+/// In a pause, a read of the application in flight ends it at once, not
+/// at the next tick: before our next request, whatever the tick. Our own
+/// reads in flight are told apart (the drive counts them too).
+#[test]
+fn a_pause_ends_at_the_applications_first_read_in_flight() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    r.app_for(DECIDE * 4, 1, 0.4);
+    let sharing = r.pacer.allowance();
+    for _ in 0..5 {
+        r.tick_with(1, 0, 0.0);
+    }
+    assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "paused");
+    // Two reads of ours in flight, and the drive counts two: ours.
+    r.pacer.own().read_started();
+    r.pacer.own().read_started();
+    *r.drive.1.lock().unwrap() = 2;
+    r.now += TICK / 10;
+    assert!(!r.pacer.tick(r.now));
+    assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "only ours");
+    // A third: the application's, between two ticks.
+    *r.drive.1.lock().unwrap() = 3;
+    r.now += TICK / 10;
+    assert!(r.pacer.tick(r.now), "the allowance changed");
+    assert_eq!(r.pacer.allowance(), sharing, "back to the controller's");
+}
