@@ -104,6 +104,12 @@ impl Rig {
         self.pacer.phase == Phase::Sharing
     }
 
+    /// Asserts that `refreshctl status` would say `words` of it.
+    fn shows(&self, words: &str) {
+        let y = self.pacer.status().yielding().expect("yielding");
+        assert!(y.reason.contains(words), "{}", y.reason);
+    }
+
     fn rate(&self) -> u64 {
         self.pacer.allowance().rate.unwrap()
     }
@@ -166,12 +172,7 @@ fn the_application_makes_it_learn_its_latency_then_share_from_the_floor() {
         Some(MIN_REQUEST),
         "10 ms of the rate, at least 64 KiB"
     );
-    let y = r.pacer.status().yielding().unwrap();
-    assert!(
-        y.reason.contains("the application reads on sdz"),
-        "{}",
-        y.reason
-    );
+    r.shows("the application reads on sdz");
     assert_eq!(
         r.pacer.own().read_ioprio(),
         IOPRIO_BE7,
@@ -194,8 +195,7 @@ fn the_rate_grows_while_the_application_keeps_its_latency_and_is_cut_when_it_doe
         "{grown} → {cut}"
     );
     assert_eq!(r.pacer.allowance().depth, 1);
-    let y = r.pacer.status().yielding().unwrap();
-    assert!(y.reason.contains("2.00× its 0.40 ms alone"), "{}", y.reason);
+    r.shows("2.00× its 0.40 ms alone");
     // Never above the configured rate.
     r.app_for(Duration::from_secs(20), 1, 0.4);
     assert_eq!(r.rate(), 50 * MIB);
@@ -460,12 +460,7 @@ fn the_applications_pauses_are_the_refreshs_at_the_sharing_depth() {
     let paused = r.pacer.allowance();
     assert_eq!(paused.rate, Some(50 * MIB), "paused: the configured rate");
     assert_eq!(paused.depth, 8, "and depth");
-    let y = r.pacer.status().yielding().unwrap();
-    assert!(
-        y.reason.contains("pauses; refresh at 50.0 MiB/s"),
-        "{}",
-        y.reason
-    );
+    r.shows("pauses; refresh at 50.0 MiB/s");
     assert_eq!(
         (paused.request, paused.depth_bounds_writes),
         (sharing.request, true),
