@@ -251,7 +251,9 @@ fn privileged_the_daemon_shows_its_forecast() {
         .as_f64()
         .unwrap();
     assert!(secs > 0.0 && secs < 120.0 * 86_400.0, "{s:#}");
-    assert!(text.contains("forecast: degraded in ~"), "{text}");
+    // "degraded in ~N days", or "degraded within the hour" where the
+    // fit alone puts the data at its floors already.
+    assert!(text.contains("forecast: degraded "), "{text}");
     let dev = s["device"].as_str().unwrap();
     let exported = metric(
         &m,

@@ -180,12 +180,14 @@ pub struct Trend {
     /// variance of Kendall's S with no trend, n points; σ counts every
     /// point though pairs closer than [`MIN_AGE_SPREAD`] give no slope,
     /// which widens the range a little). With 3 to 5 points it is the least
-    /// and the greatest slope: every pair must slow down with age. With 2
-    /// points it is their one slope up to any steeper (`f64::INFINITY`):
-    /// a rising slope gives a forecast (a one-round survey of two age
-    /// buckets: the warning is worth giving), a falling one no forecast,
-    /// never "not within the horizon" (two noisy rounds say nothing of
-    /// the drive's 3 years).
+    /// and the greatest slope: every pair must slow down with age. With one
+    /// pair far enough apart in age (2 points, or 3 rounds a few hours
+    /// apart of which only the first and last differ by
+    /// [`MIN_AGE_SPREAD`]) it is their one slope up to any steeper
+    /// (`f64::INFINITY`): a rising slope gives a forecast (a one-round
+    /// survey of two age buckets: the warning is worth giving), a falling
+    /// one no forecast, never "not within the horizon" (one noisy pair says
+    /// nothing of the drive's 3 years).
     pub k_range: (f64, f64),
     xs: Vec<(f64, f64)>,
 }
@@ -219,7 +221,7 @@ pub fn trend(points: &[AgePoint]) -> Option<Trend> {
     // 0-based: the (M2+1)-th is at M2, rounded outwards; the M1-th as far
     // from the other end.
     let upper = (((slopes.len() as f64 + c) / 2.0).ceil() as usize).min(last);
-    let k_range = if xs.len() == 2 {
+    let k_range = if slopes.len() == 1 {
         (k, f64::INFINITY)
     } else {
         (slopes[last - upper], slopes[upper])
@@ -322,8 +324,9 @@ fn below_at(
 /// horizon. Day by day: data that turns stale joins the median and may
 /// lift it (the prediction is monotone only between such days), so the
 /// first day below is found by walking, then refined within it. Never 0:
-/// if the prediction is below already, it is the first instant after now
-/// the bisection can tell (a fraction of a second).
+/// if the prediction is below already (and still at the end of the first
+/// day), it is the first instant after now the bisection can tell (a
+/// fraction of a second).
 fn first_crossing(below: impl Fn(f64) -> bool) -> Option<f64> {
     let day = 86_400.0 / MONTH;
     let days = HORIZON_DAYS as usize;
@@ -358,7 +361,11 @@ pub fn forecast(
         .buckets
         .iter()
         .filter_map(|b| Some((b.mean_months?, b.bytes)))
+        .filter(|&(_, bytes)| bytes > 0)
         .collect();
+    if mix.is_empty() {
+        return None; // no data to forecast, not "none within the horizon"
+    }
     // The present is the round's: from the fit, only the future. A fit
     // that puts the data below already, where the round measured it above,
     // says it crosses within moments.

@@ -284,7 +284,7 @@ fn the_present_is_the_rounds_verdict_not_the_fits() {
     assert_eq!(f.words(), "below its floors now");
 }
 
-/// Two points are one slope, which nothing bounds: a rising one is a
+/// Two points are one slope, which nothing bounds above: a rising one is a
 /// warning worth giving (a one-round survey of two age buckets), a falling
 /// one is not "not degraded within 3 years" (two early rounds on the
 /// testbed, 0.8 and 0.9 months, fitted age^-0.9 and said so two weeks
@@ -304,4 +304,29 @@ fn two_points_warn_but_never_reassure() {
     let rising = two(0.6).unwrap();
     assert!(rising.seconds_until_degraded.is_some(), "{rising:?}");
     assert_eq!(two(0.2), None, "a falling slope from two points");
+}
+
+/// Three rounds hours apart (the daemon's 6 h interval moves data of 0.8
+/// months by 1 %): only the first and the last are far enough apart in
+/// age for a slope. That one falling slope is no reassurance either.
+#[test]
+fn one_pair_of_three_points_never_reassures() {
+    let mut h = History::default();
+    for (months, excess) in [(0.800, 0.4), (0.810, 0.35), (0.820, 0.3)] {
+        h.add_readings(FRESH, vec![(months, FRESH / (1.0 + excess))]);
+    }
+    let t = trend(&h.points()).unwrap();
+    assert_eq!(t.k_range.1, f64::INFINITY, "{t:?}");
+    assert_eq!(
+        forecast(&h, &sample_of(0.82), &above(), STALE_AFTER, th(0.5)),
+        None
+    );
+}
+
+/// A round whose buckets hold no bytes has nothing to forecast.
+#[test]
+fn no_bytes_no_forecast() {
+    let (h, mut s) = history_of(|i| law(1.0 + i as f64 * 0.02));
+    s.buckets[0].bytes = 0;
+    assert_eq!(forecast(&h, &s, &above(), STALE_AFTER, th(0.5)), None);
 }
