@@ -50,6 +50,7 @@ pub struct Ring {
 #[derive(Debug, Clone, Copy)]
 struct Started {
     at: Instant,
+    op: Op,
     len: u64,
     alone: bool,
 }
@@ -61,6 +62,17 @@ impl Ring {
             poisoned: false,
             own,
             started: Vec::new(),
+        }
+    }
+
+    /// After a drain reaped everything: the requests it discarded are no
+    /// longer ours in flight (the pacer tells the application's reads in
+    /// flight from ours by this count).
+    fn drained(&mut self) {
+        for s in self.started.iter_mut().filter_map(Option::take) {
+            if s.op == Op::Read {
+                self.own.read_ended();
+            }
         }
     }
 
@@ -106,6 +118,7 @@ impl Ring {
                 self.poisoned = true;
                 return Err(IoError::Drain(e));
             }
+            self.drained();
         }
         let epoch = self.backend.next_epoch();
         Ok(FileIo {
@@ -219,6 +232,7 @@ impl FileIo<'_> {
         }
         r[buf] = Some(Started {
             at: Instant::now(),
+            op,
             len: len as u64,
             alone,
         });
@@ -262,8 +276,9 @@ impl FileIo<'_> {
     /// ring is poisoned.
     pub fn drain(&mut self) -> Result<(), IoError> {
         let r = drain(self.ring.backend.as_mut(), DRAIN_DEADLINE).map_err(IoError::Drain);
-        if r.is_err() {
-            self.ring.poisoned = true;
+        match r {
+            Ok(()) => self.ring.drained(),
+            Err(_) => self.ring.poisoned = true,
         }
         r
     }

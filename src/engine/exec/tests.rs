@@ -546,3 +546,25 @@ fn a_failed_wait_in_narrowing_reaps_the_write_before_the_times_are_looked_at() {
         assert_eq!(bytes_of(&disk, FD), data, "{case}");
     }
 }
+
+/// Reads a handle drops in flight are drained, not reaped one by one:
+/// they are no longer ours in flight after (the pacer tells the
+/// application's reads on the drive from ours by this count; left
+/// counted, a pause would miss the application's reads).
+#[test]
+fn reads_drained_with_a_handle_are_no_longer_counted_in_flight() {
+    let data = pattern(64 * 1024, 0);
+    let (dev, _disk) = device(&data);
+    let own: Arc<crate::io::account::OwnIo> = Arc::default();
+    let mut ring = Ring::new(Box::new(dev), own.clone());
+    // SAFETY: a fake fd for the in-memory device; never passed to the kernel.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(FD) };
+    let mut io = ring.file(fd).expect("handle");
+    for buf in 0..3 {
+        io.submit(buf, Op::Read, buf as u64 * CHUNK, CHUNK as usize)
+            .expect("submit");
+    }
+    assert_eq!(own.reads_in_flight(), 3);
+    drop(io);
+    assert_eq!(own.reads_in_flight(), 0, "drained reads still counted");
+}

@@ -57,11 +57,13 @@
 //! of its mean gap between reads (a light reader's reads come apart by
 //! chance), the refresh runs at the configured rate and depth, its
 //! requests still of the size sharing set. The application's first read
-//! ends the pause before our next request, not at the next tick: each
-//! call looks at the drive's reads in flight (`/sys/block/<dev>/inflight`)
-//! for one that is not ours; that read waits for at most what we have in
-//! flight. The time we ran fast is not held against the controller's
-//! rate.
+//! ends the pause before our next batch of requests, not at the next
+//! tick: the executor's every turn looks at the drive's reads in flight
+//! (`/sys/block/<dev>/inflight`) for one that is not ours; that read waits
+//! for at most what we have in flight. The controller's window starts
+//! then: the time we ran fast is not held against its rate. A pause is
+//! not yielding (`yielded_seconds`), and the latency is not learned again
+//! in one.
 //!
 //! A refresh starts at its configured rate: on an idle drive it costs
 //! nothing (a one-shot is as fast as `dd`). Beside an application it
@@ -206,9 +208,8 @@ pub struct Pacer {
     learned: (u64, f64),
     /// The last time the application read.
     app_seen: Option<Duration>,
-    /// The last tick the application read anything, and its mean gap
-    /// between reads while it reads (for its pauses).
-    app_read_at: Option<Duration>,
+    /// The application's mean gap between reads while it reads (for its
+    /// pauses).
     app_gap: Duration,
     /// Sharing, the application paused (see [`PAUSE`]).
     paused: bool,
@@ -263,7 +264,6 @@ impl Pacer {
             baseline: None,
             learned: (0, 0.0),
             app_seen: None,
-            app_read_at: None,
             app_gap: Duration::ZERO,
             paused: false,
             rate: cfg.floor.0 as f64,
@@ -303,6 +303,7 @@ impl Pacer {
             self.reads.reset();
             self.baseline = None;
             self.app_seen = None;
+            self.app_gap = Duration::ZERO;
             self.leave_sharing();
             self.busy_at_start = self.cfg.mode == YieldMode::Auto && self.reads_in_flight_now();
         }
@@ -394,9 +395,12 @@ impl Pacer {
 
     /// In a pause: whether the drive has reads in flight that are not
     /// ours (each of ours counts as the pieces the block layer splits a
-    /// sharing request into). Ours are counted before they are submitted
-    /// and after they are reaped, on this thread: never fewer than the
-    /// drive's.
+    /// sharing request into). Ours are counted from their submission to
+    /// their reaping (or a drain), on this thread, which also calls this:
+    /// never fewer than the drive's. The kernel's own reads for us
+    /// (extent maps, metadata) end a pause early; an application's read
+    /// a scheduler (mq-deadline, bfq) still queues is not counted until
+    /// dispatched, and is seen then or at the next tick.
     fn others_read_now(&mut self) -> bool {
         let request = self.sharing_request();
         let ours = self.own.reads_in_flight() as u64;
@@ -419,10 +423,10 @@ impl Pacer {
             return true;
         }
         if self.paused && self.others_read_now() {
-            // The application reads again: before our next request, not
+            // The application reads again: before our next requests, not
             // at the next tick.
             let before = self.allowance();
-            self.app_read_at = Some(now);
+            self.app_seen = Some(now);
             self.resume(now);
             return self.allowance() != before;
         }
@@ -445,16 +449,16 @@ impl Pacer {
         let counters = dev.read();
         let max_io = dev.max_io();
         let tick = self.reads.tick(counters, &own, max_io);
-        if tick.is_some_and(|t| t.reads > 0) {
-            self.app_read_at = Some(now);
+        // A tick's count alone can be a read of ours the drive counted a
+        // tick before we reaped it: the application reads when the window
+        // holds enough of its reads too.
+        if tick.is_some_and(|t| t.reads > 0) && self.reads.reads() >= latency::MIN_READS / 2 {
+            self.app_seen = Some(now);
             if let Some(gap) = self.reads.gap(TICK) {
                 self.app_gap = gap;
             }
-            if self.reads.reads() >= latency::MIN_READS / 2 {
-                self.app_seen = Some(now);
-            }
         }
-        if matches!(self.phase, Phase::Sharing | Phase::Learning { .. }) {
+        if matches!(self.phase, Phase::Sharing | Phase::Learning { .. }) && !self.paused {
             self.status.add(elapsed);
         }
         self.step(now, tick, &own, elapsed);

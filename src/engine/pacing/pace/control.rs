@@ -28,7 +28,10 @@ impl Pacer {
                 tracing::info!("the application stopped reading: back to the configured rate");
                 self.leave_sharing();
             }
-            Phase::Sharing if self.baseline.is_none_or(|(_, at)| now >= at + RELEARN) => {
+            // Not in a pause: there would be nothing to learn.
+            Phase::Sharing
+                if !self.paused && self.baseline.is_none_or(|(_, at)| now >= at + RELEARN) =>
+            {
                 self.start_learning(now)
             }
             Phase::Sharing => self.share(now, elapsed, own),
@@ -40,7 +43,7 @@ impl Pacer {
     /// reads, the controller's rate and depth.
     fn share(&mut self, now: Duration, elapsed: Duration, own: &OwnDone) {
         let quiet = self
-            .app_read_at
+            .app_seen
             .map_or(Duration::ZERO, |t| now.saturating_sub(t));
         let was_paused = self.paused;
         self.paused = quiet >= PAUSE.max(self.app_gap * PAUSE_GAPS);
@@ -81,6 +84,7 @@ impl Pacer {
 
     pub(super) fn start_learning(&mut self, now: Duration) {
         self.phase = Phase::Learning { until: now + LEARN };
+        self.paused = false;
         self.forget_depth_trials();
         self.progress = (Duration::ZERO, 0);
         self.learned = (0, 0.0);
@@ -235,16 +239,19 @@ impl Pacer {
     /// What the operator sees while the drive is shared.
     fn show(&self, latencies: Option<(f64, f64)>) {
         let name = self.device.as_ref().map_or("the drive", |d| d.name());
-        let rate = self.allowance().rate.unwrap_or(0) as f64 / (1 << 20) as f64;
+        let rate = match self.allowance().rate {
+            Some(r) => format!("{:.1} MiB/s", r as f64 / (1 << 20) as f64),
+            None => "full speed".into(),
+        };
         let reason = match latencies {
             Some((app, alone)) => format!(
-                "the application reads on {name}: {app:.2} ms per read, {:.2}× its {alone:.2} ms alone; refresh at {rate:.1} MiB/s",
+                "the application reads on {name}: {app:.2} ms per read, {:.2}× its {alone:.2} ms alone; refresh at {rate}",
                 app / alone.max(0.001)
             ),
             None if self.paused => {
-                format!("the application on {name} pauses; refresh at {rate:.1} MiB/s until it reads")
+                format!("the application on {name} pauses; refresh at {rate} until it reads")
             }
-            None => format!("the application reads on {name}; refresh at {rate:.1} MiB/s"),
+            None => format!("the application reads on {name}; refresh at {rate}"),
         };
         let since = self
             .status

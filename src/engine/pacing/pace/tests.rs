@@ -444,7 +444,7 @@ fn writes_carry_best_effort_7_under_idle_and_the_threads_own_under_inherit() {
 /// controller's rate back, and the next decision judges the burst alone
 /// (not the tick we ran fast in).
 #[test]
-fn the_applications_pauses_are_the_refreshs_at_the_sharing_depth() {
+fn the_applications_pauses_are_the_refreshs() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
     r.app_for(DECIDE * 4, 1, 0.4);
     let sharing = r.pacer.allowance();
@@ -518,4 +518,33 @@ fn a_pause_ends_at_the_applications_first_read_in_flight() {
     r.now += TICK / 10;
     assert!(r.pacer.tick(r.now), "the allowance changed");
     assert_eq!(r.pacer.allowance(), sharing, "back to the controller's");
+}
+
+/// A pause is not yielding (the refresh runs at the configured rate, and
+/// `yielded_seconds` counts time held back), and the latency is not
+/// learned again in one (there would be nothing to learn): it is learned
+/// when the application is back. Without a configured rate, status says
+/// "full speed".
+#[test]
+fn a_pause_is_neither_yielded_time_nor_a_time_to_learn() {
+    let mut r = Rig::new(YieldMode::Auto, None).shared_with(0.4);
+    r.app_for(RELEARN - Duration::from_secs(1), 1, 0.4);
+    let yielded = r.pacer.status().yielded();
+    for _ in 0..20 {
+        r.tick_with(1, 0, 0.0);
+        assert!(r.sharing(), "{:?}", r.pacer.phase);
+    }
+    assert_eq!(r.pacer.allowance().rate, None, "paused, no configured rate");
+    r.shows("pauses; refresh at full speed until it reads");
+    let paused_for = r.pacer.status().yielded() - yielded;
+    assert!(paused_for <= TICK * 4, "{paused_for:?} counted as yielding");
+    // The pause ends at the first tick it reads, learning starts at the
+    // next.
+    r.tick_with(1, 100, 0.4);
+    r.tick_with(1, 100, 0.4);
+    assert!(
+        matches!(r.pacer.phase, Phase::Learning { .. }),
+        "learned when it reads again: {:?}",
+        r.pacer.phase
+    );
 }
