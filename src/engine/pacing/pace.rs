@@ -62,8 +62,8 @@
 //! (`/sys/block/<dev>/inflight`) for one that is not ours; that read waits
 //! for at most what we have in flight. The controller's window starts
 //! then: the time we ran fast is not held against its rate. A pause is
-//! not yielding (`yielded_seconds`), and the latency is not learned again
-//! in one.
+//! not yielding (`refreshctl status`, `refreshd_yielding`,
+//! `yielded_seconds`), and the latency is not learned again in one.
 //!
 //! A refresh starts at its configured rate: on an idle drive it costs
 //! nothing (a one-shot is as fast as `dd`). Beside an application it
@@ -232,6 +232,14 @@ pub struct Pacer {
     blind: blind::Blind,
     /// The drive had reads in flight before our first request on it.
     busy_at_start: bool,
+}
+
+impl Drop for Pacer {
+    /// A refresh that ended yields no more, whatever it was doing when it
+    /// ended (the status outlives it: it is the drive's).
+    fn drop(&mut self) {
+        self.status.set(None);
+    }
 }
 
 impl std::fmt::Debug for Pacer {

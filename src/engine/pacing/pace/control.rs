@@ -50,11 +50,12 @@ impl Pacer {
         if self.paused {
             self.progress = (Duration::ZERO, 0);
             if !was_paused {
+                // Not yielding while it pauses: the configured rate.
                 tracing::debug!(
                     quiet_ms = quiet.as_millis() as u64,
                     "the application pauses"
                 );
-                self.show(None);
+                self.status.set(None);
             }
             return;
         }
@@ -239,19 +240,13 @@ impl Pacer {
     /// What the operator sees while the drive is shared.
     fn show(&self, latencies: Option<(f64, f64)>) {
         let name = self.device.as_ref().map_or("the drive", |d| d.name());
-        let rate = match self.allowance().rate {
-            Some(r) => format!("{:.1} MiB/s", r as f64 / (1 << 20) as f64),
-            None => "full speed".into(),
-        };
+        let rate = self.allowance().rate.unwrap_or(0) as f64 / (1 << 20) as f64;
         let reason = match latencies {
             Some((app, alone)) => format!(
-                "the application reads on {name}: {app:.2} ms per read, {:.2}× its {alone:.2} ms alone; refresh at {rate}",
+                "the application reads on {name}: {app:.2} ms per read, {:.2}× its {alone:.2} ms alone; refresh at {rate:.1} MiB/s",
                 app / alone.max(0.001)
             ),
-            None if self.paused => {
-                format!("the application on {name} pauses; refresh at {rate} until it reads")
-            }
-            None => format!("the application reads on {name}; refresh at {rate}"),
+            None => format!("the application reads on {name}; refresh at {rate:.1} MiB/s"),
         };
         let since = self
             .status

@@ -460,7 +460,7 @@ fn the_applications_pauses_are_the_refreshs() {
     let paused = r.pacer.allowance();
     assert_eq!(paused.rate, Some(50 * MIB), "paused: the configured rate");
     assert_eq!(paused.depth, 8, "and depth");
-    r.shows("pauses; refresh at 50.0 MiB/s");
+    assert_eq!(r.pacer.status().yielding(), None, "not yielding in a pause");
     assert_eq!(
         (paused.request, paused.depth_bounds_writes),
         (sharing.request, true),
@@ -470,6 +470,7 @@ fn the_applications_pauses_are_the_refreshs() {
     // rate at once, and that tick is not held against the rate.
     r.tick_with(1, 100, 1.2);
     assert_eq!(r.pacer.allowance(), sharing);
+    r.shows("the application reads on sdz");
     r.app_for(DECIDE * 2, 1, 0.4);
     assert!(r.rate() >= sharing.rate.unwrap(), "{} after", r.rate());
 }
@@ -523,8 +524,7 @@ fn a_pause_ends_at_the_applications_first_read_in_flight() {
 /// A pause is not yielding (the refresh runs at the configured rate, and
 /// `yielded_seconds` counts time held back), and the latency is not
 /// learned again in one (there would be nothing to learn): it is learned
-/// when the application is back. Without a configured rate, status says
-/// "full speed".
+/// when the application is back.
 #[test]
 fn a_pause_is_neither_yielded_time_nor_a_time_to_learn() {
     let mut r = Rig::new(YieldMode::Auto, None).shared_with(0.4);
@@ -535,7 +535,6 @@ fn a_pause_is_neither_yielded_time_nor_a_time_to_learn() {
         assert!(r.sharing(), "{:?}", r.pacer.phase);
     }
     assert_eq!(r.pacer.allowance().rate, None, "paused, no configured rate");
-    r.shows("pauses; refresh at full speed until it reads");
     let paused_for = r.pacer.status().yielded() - yielded;
     assert!(paused_for <= TICK * 4, "{paused_for:?} counted as yielding");
     // The pause ends at the first tick it reads, learning starts at the
@@ -547,4 +546,16 @@ fn a_pause_is_neither_yielded_time_nor_a_time_to_learn() {
         "learned when it reads again: {:?}",
         r.pacer.phase
     );
+}
+
+/// A refresh that ends while it yields yields no more: the drive's status
+/// outlives the pacer (the daemon showed "yielding" after a refresh that
+/// ended in a pause, until the next one).
+#[test]
+fn an_ended_refresh_yields_no_more() {
+    let r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let status = r.pacer.status().clone();
+    assert!(status.yielding().is_some());
+    drop(r);
+    assert_eq!(status.yielding(), None);
 }
