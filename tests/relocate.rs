@@ -109,6 +109,7 @@ fn mmap_reader(
     path: &Path,
     expect: Arc<Vec<u8>>,
     stop: Arc<AtomicBool>,
+    done: Arc<std::sync::atomic::AtomicU64>,
 ) -> thread::JoinHandle<(u64, u64)> {
     let map = Map::new(path, false);
     thread::spawn(move || {
@@ -123,9 +124,22 @@ fn mmap_reader(
                 }
             }
             passes += 1;
+            done.store(passes, Ordering::Relaxed);
         }
         (passes, wrong)
     })
+}
+
+/// Waits until the reader has made `n` passes over the map.
+fn wait_for_passes(done: &std::sync::atomic::AtomicU64, n: u64, when: &str) {
+    let t = std::time::Instant::now();
+    while done.load(Ordering::Relaxed) < n {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(120),
+            "the reader made no pass {when} in 120 s"
+        );
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 #[test]
@@ -142,10 +156,16 @@ fn privileged_relocation_refreshes_a_file_mmapped_by_a_live_reader() {
         let before = fingerprint(&p);
         let phys = physical(&p);
         let stop = Arc::new(AtomicBool::new(false));
-        let reader = mmap_reader(&p, data.clone(), stop.clone());
+        let done = Arc::default();
+        let reader = mmap_reader(&p, data.clone(), stop.clone(), Arc::clone(&done));
+        // Live before the refresh, and still reading after it: a pass
+        // before, and the pass in progress at its end finished.
+        wait_for_passes(&done, 1, "before the refresh");
         // auto: the reader has it open, so no lease: relocation.
         let (code, files, _) =
             refresh_json(&["--rate", "24MiB/s", "--relocate-chunk", "2MiB"], &[&p]);
+        let at_end = done.load(Ordering::Relaxed);
+        wait_for_passes(&done, at_end + 1, "across the end of the refresh");
         stop.store(true, Ordering::Relaxed);
         let (passes, wrong) = reader.join().unwrap();
         let r = &files[0];
@@ -154,10 +174,7 @@ fn privileged_relocation_refreshes_a_file_mmapped_by_a_live_reader() {
         assert_eq!(r["strategy"], "relocate", "{kind}: {r}");
         assert_eq!(r["bytes_refreshed"], data.len() as u64, "{kind}: {r}");
         assert_eq!(wrong, 0, "{kind}: the reader saw wrong bytes");
-        assert!(
-            passes >= 2,
-            "{kind}: the reader ran during the refresh ({passes} passes)"
-        );
+        assert!(passes >= 2, "{kind}: {passes} passes");
         drop_caches();
         assert_eq!(fingerprint(&p), before, "{kind}: content, layout and times");
         let after = physical(&p);

@@ -104,7 +104,7 @@ fn privileged_relocated_in_use_file_reads_at_fresh_speed_on_the_aged_testbed() {
         let slow = testbed::measure::bulk_read_parallel(&p, 8).unwrap();
 
         let stop = Arc::new(AtomicBool::new(false));
-        let reader = mmap_reader(&p, data.clone(), stop.clone());
+        let reader = mmap_reader(&p, data.clone(), stop.clone(), Arc::default());
         let (code, files, _) = refresh_json(&[], &[&p]);
         stop.store(true, Ordering::Relaxed);
         let (_, wrong) = reader.join().unwrap();
