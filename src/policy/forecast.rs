@@ -36,8 +36,9 @@
 //! floors is below now, and where the fit puts the data below already but
 //! the round measured it above, it crosses "within the hour". Beyond
 //! that, a forecast needs a slope its points tell from their noise: the
-//! range of slopes they allow ([`Trend`]; with 2 points their one slope,
-//! which bounds nothing: a falling one gives no forecast) lies above 0.
+//! range of slopes they allow ([`Trend`]; with one pair its one slope,
+//! which bounds nothing above: a falling one gives no forecast) lies
+//! above 0.
 //! When it holds 0, "not within the horizon" is said only if even its
 //! steepest slope keeps the drive above its floors; otherwise there is no
 //! forecast (see [`forecast`]).
@@ -287,22 +288,6 @@ fn predicted_stale_bps(
         seen += bytes;
         (seen >= half).then_some(bps)
     })
-}
-
-/// Seconds until the stale data reads below a floor (0: already);
-/// `None`: not within the horizon.
-pub fn seconds_until_degraded(
-    fit: Fit,
-    mix: &[(f64, u64)],
-    fresh_bps: f64,
-    stale_after: Duration,
-    th: Thresholds,
-) -> Option<f64> {
-    let below = below_at(fit, mix, fresh_bps, stale_after, th);
-    if below(0.0) {
-        return Some(0.0);
-    }
-    first_crossing(below)
 }
 
 /// Whether the stale data is predicted below a floor `months` from now.

@@ -3,6 +3,22 @@ use crate::units::Rate;
 
 const FRESH: f64 = 400e6;
 
+/// What the fit alone says: seconds until the stale data reads below a
+/// floor (0: already); `None`: not within the horizon.
+fn seconds_until_degraded(
+    fit: Fit,
+    mix: &[(f64, u64)],
+    fresh_bps: f64,
+    stale_after: Duration,
+    th: Thresholds,
+) -> Option<f64> {
+    let below = below_at(fit, mix, fresh_bps, stale_after, th);
+    if below(0.0) {
+        return Some(0.0);
+    }
+    first_crossing(below)
+}
+
 fn th(min_ratio: f64) -> Thresholds {
     Thresholds {
         min_throughput: Rate(0),
