@@ -58,8 +58,9 @@
 //! chance), the refresh runs at the configured rate and depth, its
 //! requests still of the size sharing set. The application's first read
 //! ends the pause before our next batch of requests, not at the next
-//! tick: the executor's every turn looks at the drive's reads in flight
-//! (`/sys/block/<dev>/inflight`) for one that is not ours; that read waits
+//! tick: the executor's turns look at the drive's reads in flight
+//! (`/sys/block/<dev>/inflight`, at most every [`PAUSE_LOOK`]) for one
+//! that is not ours; that read waits
 //! for at most what we have in flight. The controller's window starts
 //! then: the time we ran fast is not held against its rate. A pause is
 //! not yielding (`refreshctl status`, `refreshd_yielding`,
@@ -129,6 +130,10 @@ pub const PAUSE: Duration = Duration::from_millis(300);
 /// application whose reads come at random is gone ten of its mean gaps by
 /// chance once in e^10, 22,000 gaps).
 pub const PAUSE_GAPS: u32 = 10;
+/// In a pause, the drive's reads in flight are looked at no more often
+/// than this (the executor asks for its allowance many times per
+/// request; each look reads a sysfs file).
+pub const PAUSE_LOOK: Duration = Duration::from_millis(1);
 /// A request while sharing the drive is this many seconds of the rate: a
 /// read of the application queued behind one waits little.
 const REQUEST_TIME: f64 = 0.01;
@@ -211,8 +216,10 @@ pub struct Pacer {
     /// The application's mean gap between reads while it reads (for its
     /// pauses).
     app_gap: Duration,
-    /// Sharing, the application paused (see [`PAUSE`]).
+    /// Sharing, the application paused (see [`PAUSE`]), and when the
+    /// drive's reads in flight were last looked at in it.
     paused: bool,
+    pause_looked: Duration,
     /// The rate while sharing, and when it last changed.
     rate: f64,
     decided: Duration,
@@ -274,6 +281,7 @@ impl Pacer {
             app_seen: None,
             app_gap: Duration::ZERO,
             paused: false,
+            pause_looked: Duration::ZERO,
             rate: cfg.floor.0 as f64,
             decided: Duration::ZERO,
             depth: 1,
@@ -401,6 +409,15 @@ impl Pacer {
         request / 4096 * 4096
     }
 
+    /// In a pause, at most every [`PAUSE_LOOK`]: whether others read now.
+    fn look_in_pause(&mut self, now: Duration) -> bool {
+        if now < self.pause_looked + PAUSE_LOOK {
+            return false;
+        }
+        self.pause_looked = now;
+        self.others_read_now()
+    }
+
     /// In a pause: whether the drive has reads in flight that are not
     /// ours (each of ours counts as the pieces the block layer splits a
     /// sharing request into). Ours are counted from their submission to
@@ -430,7 +447,7 @@ impl Pacer {
             self.start_learning(now);
             return true;
         }
-        if self.paused && self.others_read_now() {
+        if self.paused && self.look_in_pause(now) {
             // The application reads again: before our next requests, not
             // at the next tick.
             let before = self.allowance();

@@ -3,9 +3,14 @@ use std::time::Duration;
 
 use super::*;
 
-/// A drive whose counters the test moves (and its reads in flight).
+/// A drive whose counters the test moves (and its reads in flight, and
+/// how often they were looked at).
 #[derive(Clone, Default)]
-struct FakeDrive(Arc<Mutex<Option<Counters>>>, Arc<Mutex<u64>>);
+struct FakeDrive(
+    Arc<Mutex<Option<Counters>>>,
+    Arc<Mutex<u64>>,
+    Arc<Mutex<u64>>,
+);
 
 impl FakeDrive {
     /// `reads` reads taking `ms` milliseconds in all, and `writes` writes.
@@ -30,6 +35,7 @@ impl DeviceCounters for FakeDrive {
         512 << 10
     }
     fn reads_in_flight(&mut self) -> Option<u64> {
+        *self.2.lock().unwrap() += 1;
         Some(*self.1.lock().unwrap())
     }
 }
@@ -558,4 +564,29 @@ fn an_ended_refresh_yields_no_more() {
     assert!(status.yielding().is_some());
     drop(r);
     assert_eq!(status.yielding(), None);
+}
+
+/// In a pause the executor asks for its allowance many times per request:
+/// the drive's reads in flight (a sysfs file) are read at most once per
+/// [`PAUSE_LOOK`].
+#[test]
+fn a_pause_looks_at_the_drive_at_most_once_a_millisecond() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    r.app_for(DECIDE * 4, 1, 0.4);
+    for _ in 0..5 {
+        r.tick_with(1, 0, 0.0);
+    }
+    assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "paused");
+    let looks = *r.drive.2.lock().unwrap();
+    r.now += TICK / 10;
+    for _ in 0..1000 {
+        r.pacer.tick(r.now);
+    }
+    r.now += PAUSE_LOOK;
+    r.pacer.tick(r.now);
+    assert_eq!(
+        *r.drive.2.lock().unwrap() - looks,
+        2,
+        "looks at two instants"
+    );
 }
