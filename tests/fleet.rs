@@ -167,7 +167,15 @@ fn three_in_a_group(max: usize) -> (usize, usize) {
     // deletes its key: wait for the deletion, not for luck. The daemons
     // still run and keep their leases alive, so a key never deleted stays
     // and fails this; a delete under `stress-ng --io` took over 4 s.
-    etcd.wait_queue_empty("shard-7", 30);
+    etcd.wait_queue_empty_or("shard-7", 30, || {
+        let each = daemons.iter().map(|d| {
+            let log = d.log();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            format!("\n{}\n{}", d.status(), tail.join("\n"))
+        });
+        each.collect()
+    });
     let at_once = most_at_once(&daemons);
     drop(daemons);
     for m in &members {

@@ -278,6 +278,12 @@ impl Etcd {
     /// Waits until every key of `group`'s queue is deleted (every slot
     /// given back), failing after `secs` with the keys still there.
     pub fn wait_queue_empty(&self, group: &str, secs: u64) {
+        self.wait_queue_empty_or(group, secs, String::new);
+    }
+
+    /// [`Etcd::wait_queue_empty`], with `why()` (the daemons' side of
+    /// it) in the failure.
+    pub fn wait_queue_empty_or(&self, group: &str, secs: u64, why: impl Fn() -> String) {
         let t = Instant::now();
         loop {
             let keys = self.queue(group);
@@ -286,7 +292,8 @@ impl Etcd {
             }
             assert!(
                 t.elapsed() < Duration::from_secs(secs),
-                "slots never given back: {keys:?} still queued in {group} after {secs} s"
+                "slots never given back: {keys:?} still queued in {group} after {secs} s{}",
+                why()
             );
             std::thread::sleep(Duration::from_millis(100));
         }

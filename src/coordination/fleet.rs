@@ -27,6 +27,13 @@ pub(super) struct FleetState {
     /// Groups whose slots this daemon may not take, with why.
     pub(super) refused: BTreeMap<String, String>,
     pub(super) tickets: BTreeMap<u64, Arc<TicketShared>>,
+    /// Each live ticket's key in etcd, once put (by ticket id). A key put
+    /// is here or in `released`, and moves between the two only under
+    /// this one lock: a ticket dropped while its put returned could lose
+    /// it when the key lived behind the ticket's own lock (taken empty by
+    /// the drop, recorded by the session before the drop removed the
+    /// ticket), and the key held a slot for nobody while the lease lived.
+    pub(super) keys: BTreeMap<u64, String>,
     /// Keys of dropped tickets, to delete.
     pub(super) released: Vec<String>,
     /// Why the health gate last failed (cleared when it passes).
@@ -103,13 +110,13 @@ impl Fleet {
             (None, None) => SlotState::Queueing,
         };
         let shared = Arc::new(TicketShared {
+            id,
             device: device.to_string(),
             group: group.to_string(),
             cancel,
             queued_at: Instant::now(),
             inner: Mutex::new(TicketInner {
                 state,
-                key: None,
                 held_since: None,
             }),
         });
@@ -144,10 +151,11 @@ impl Fleet {
             st.error = Some(why.to_string());
             st.queues.clear();
             st.refused.clear();
+            // Put under the lost session's lease: they go with it.
+            st.keys.clear();
             st.tickets.values().cloned().collect()
         };
         for t in tickets {
-            t.lock().key = None;
             t.set(SlotState::Unavailable(why.to_string()));
         }
     }
@@ -262,12 +270,11 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let key = self.shared.lock().key.take();
         let held = matches!(self.shared.lock().state, SlotState::Held { .. });
         {
             let mut st = self.fleet.lock();
             st.tickets.remove(&self.id);
-            if let Some(k) = key {
+            if let Some(k) = st.keys.remove(&self.id) {
                 st.released.push(k);
             }
         }
@@ -282,10 +289,10 @@ impl Drop for Ticket {
 /// was being put left nothing to delete: the key goes to `released`, or it
 /// would hold a place (or a slot) for nobody as long as the lease lives.
 #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
-pub(super) fn record_put(fleet: &Fleet, t: &Arc<TicketShared>, key: String) {
+pub(super) fn record_put(fleet: &Fleet, t: &TicketShared, key: String) {
     let mut st = fleet.lock();
-    if st.tickets.values().any(|x| Arc::ptr_eq(x, t)) {
-        t.lock().key = Some(key);
+    if st.tickets.contains_key(&t.id) {
+        st.keys.insert(t.id, key);
     } else {
         st.released.push(key);
     }
@@ -301,27 +308,25 @@ pub(super) fn rank(
     entries: Vec<QueueEntry>,
     until: Instant,
 ) {
-    let tickets: Vec<Arc<TicketShared>> = {
+    let queued: Vec<(Arc<TicketShared>, String)> = {
         let mut st = fleet.lock();
         st.queues.insert(group.to_string(), entries);
+        let st = &*st;
         st.tickets
             .values()
             .filter(|t| t.group == group)
-            .cloned()
+            .filter_map(|t| Some((t.clone(), st.keys.get(&t.id)?.clone())))
             .collect()
     };
     let max = fleet.cfg.max_concurrent;
-    for t in tickets {
-        let Some(key) = t.lock().key.clone() else {
-            continue;
-        };
+    for (t, key) in queued {
         match keys.iter().position(|k| *k == key) {
             Some(i) if i < max => t.set(SlotState::Held { until }),
             Some(i) => t.set(SlotState::Waiting { ahead: i + 1 - max }),
             None => {
                 // Gone from etcd (lease expired, deleted by hand): queue
                 // again, at the end.
-                t.lock().key = None;
+                fleet.lock().keys.remove(&t.id);
                 t.set(SlotState::Unavailable(
                     "our key left etcd's queue; queueing again".into(),
                 ));
@@ -342,7 +347,7 @@ impl Fleet {
         let group = self.cfg.group.clone();
         let t = self.queue(device, &group, cancel);
         let key = format!("test/{device}");
-        t.shared.lock().key = Some(key.clone());
+        self.lock().keys.insert(t.id, key.clone());
         let entry = QueueEntry {
             name: self.cfg.name.clone(),
             device: device.into(),

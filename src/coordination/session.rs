@@ -351,13 +351,14 @@ impl Session {
         until: Instant,
     ) -> Result<(), SessionError> {
         let prefix = format!("{}/{group}/queue/", fleet.cfg.prefix);
-        let unqueued: Vec<Arc<TicketShared>> = fleet
-            .lock()
-            .tickets
-            .values()
-            .filter(|t| t.group == group && t.lock().key.is_none())
-            .cloned()
-            .collect();
+        let unqueued: Vec<Arc<TicketShared>> = {
+            let st = fleet.lock();
+            st.tickets
+                .values()
+                .filter(|t| t.group == group && !st.keys.contains_key(&t.id))
+                .cloned()
+                .collect()
+        };
         for t in unqueued {
             let key = format!("{prefix}{:016x}/{}", self.lease, t.device);
             let entry = QueueEntry {

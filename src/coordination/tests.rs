@@ -21,7 +21,12 @@ fn entry(device: &str) -> QueueEntry {
 
 /// Gives the ticket a key, as the session does after its put.
 fn put(t: &Ticket, key: &str) {
-    t.shared.lock().key = Some(key.into());
+    record_put(&t.fleet, &t.shared, key.into());
+}
+
+/// The ticket's key in etcd, as the fleet records it.
+fn key_of(t: &Ticket) -> Option<String> {
+    t.fleet.lock().keys.get(&t.id).cloned()
 }
 
 fn later() -> Instant {
@@ -113,10 +118,7 @@ fn losing_the_session_stops_the_engine_of_a_held_slot_only() {
     );
     assert!(!cb.load(Ordering::Relaxed), "a waiter had nothing to stop");
     assert!(matches!(a.state(), SlotState::Unavailable(ref w) if w.contains("keep-alive")));
-    assert!(
-        a.shared.lock().key.is_none(),
-        "queued again in the next session"
-    );
+    assert!(key_of(&a).is_none(), "queued again in the next session");
     let r = f.reply();
     assert!(!r.connected && r.groups[0].holders.is_empty());
 }
@@ -133,7 +135,7 @@ fn a_key_that_vanished_from_etcd_is_a_lost_slot() {
     rank(&f, "g", &[], vec![], later());
     assert!(!a.holds());
     assert!(ca.load(Ordering::Relaxed));
-    assert!(a.shared.lock().key.is_none());
+    assert!(key_of(&a).is_none());
 }
 
 #[test]
@@ -192,5 +194,49 @@ fn a_ticket_dropped_while_its_key_is_put_leaves_no_key_behind() {
     // A live ticket keeps its key.
     let b = f.queue("sdb", "g", Arc::default());
     record_put(&f, &b.view(), "kb".into());
-    assert_eq!(b.shared.lock().key.as_deref(), Some("kb"));
+    assert_eq!(key_of(&b).as_deref(), Some("kb"));
+}
+
+#[test]
+fn every_key_put_is_a_live_tickets_or_released_whatever_the_timing() {
+    // The session records puts on its thread while the drives drop their
+    // tickets on theirs: every key it put ends up owned by a live ticket
+    // or on the list to delete, exactly once.
+    let f = fleet(1);
+    const N: usize = 20_000;
+    let (tx, rx) = std::sync::mpsc::channel::<Ticket>();
+    let session = {
+        let f = f.clone();
+        std::thread::spawn(move || {
+            for i in 0..N {
+                let t = f.queue(&format!("d{i}"), "g", Arc::default());
+                let shared = t.view();
+                tx.send(t).unwrap();
+                record_put(&f, &shared, format!("k{i}"));
+            }
+        })
+    };
+    let drives = std::thread::spawn(move || {
+        let mut kept = vec![];
+        for (i, t) in rx.into_iter().enumerate() {
+            if i % 2 == 0 {
+                drop(t);
+            } else {
+                kept.push(t);
+            }
+        }
+        kept
+    });
+    session.join().unwrap();
+    let kept = drives.join().unwrap();
+    let st = f.lock();
+    let mut owned: Vec<&String> = st.keys.values().chain(st.released.iter()).collect();
+    owned.sort();
+    owned.dedup();
+    assert_eq!(st.keys.len() + st.released.len(), N, "a key lost or twice");
+    assert_eq!(owned.len(), N, "no key lost");
+    assert_eq!(st.keys.len(), kept.len(), "the live tickets' keys");
+    drop(st);
+    drop(kept);
+    assert_eq!(f.lock().released.len(), N);
 }

@@ -25,8 +25,6 @@ pub enum SlotState {
 #[derive(Debug)]
 pub(super) struct TicketInner {
     pub(super) state: SlotState,
-    /// The key in etcd, once put (and the lease it is attached to).
-    pub(super) key: Option<String>,
     /// When it was first held (for the log and status).
     pub(super) held_since: Option<i64>,
 }
@@ -34,6 +32,8 @@ pub(super) struct TicketInner {
 /// A drive's place in the queue, shared with the session.
 #[derive(Debug)]
 pub struct TicketShared {
+    /// The ticket's id in the fleet's state (where its key is kept).
+    pub(super) id: u64,
     pub device: String,
     pub group: String,
     #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
