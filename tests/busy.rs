@@ -60,15 +60,26 @@ fn privileged_busy_files_first_in_the_plan_do_not_hold_up_the_drive() {
         "every other file: {round:#}\n{}",
         d.log()
     );
-    assert_eq!(round["interrupted"].as_u64(), Some(2), "{round:#}");
+    // Each busy file ends interrupted (its tries spent), or skipped when
+    // a try found it open already (no lease to take: "in use"), as one
+    // did under `.ci/stress`, where the opener held it open longer.
+    let (interrupted, skipped) = (
+        round["interrupted"].as_u64().unwrap(),
+        round["skipped"].as_u64().unwrap(),
+    );
+    assert_eq!(interrupted + skipped, 2, "the busy files: {round:#}");
+    let log = d.log();
+    assert!(
+        log.matches("another process has it open").count() as u64 >= skipped,
+        "skipped only as in use:\n{log}"
+    );
     assert!(
         round["finished"].as_bool().unwrap(),
         "one round went through: {round:#}"
     );
     assert!(took < Duration::from_secs(25), "no 30 s pause: {took:?}");
-    let log = d.log();
     assert!(
-        log.contains("again=true"),
+        log.contains("again=true") || skipped == 2,
         "tried again in the round:\n{log}"
     );
     drop(d);

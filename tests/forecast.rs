@@ -5,41 +5,28 @@
 //! forecast over the rounds so far; a suspect round is sampled again at
 //! once, as the daemon re-samples within `sample_interval`/6). Every
 //! forecast made 6 to 12 days before the drive is declared degraded is
-//! within ±50 % of when it was.
+//! within ±25 % of when it was.
 //!
-//! The goal is ±25 %, and this test asserts ±50 %: under load (the suite
-//! runs its tests side by side, `.ci/stress` adds `stress-ng`) a round's
-//! noise moves the day the drive is declared degraded by days. On a quiet
-//! machine, with the fit over the last 16 rounds (what ships), four runs
-//! of five had every forecast within ±25 % (−6..−8, −7..−12, −4..+6,
-//! −9..−17 %; one run −26..0 %). Kept over 32 rounds, side by side, six of
-//! six were (−19..+18 %), but under `.ci/stress` one forecast was +112 %
-//! (16 rounds: five suites under `.ci/stress` passed). This test alone
-//! beside `stress-ng --cpu 2 --io 2`: three runs in stop 31, −22..−26 %,
-//! −26..−39 %, −23..−5 %; six in stop 32, four within ±25 % (−16..−4,
-//! −24..−14, −14..−2, −19..−8 %), two just past it (−27..−19,
-//! −26..−15 %): early, every one. The early lean is the model's: a power of
-//! age fitted on the rise extrapolates past the testbed's curve as it
-//! levels off (`tools/forecast-sim.py`, which also judges the fit on eight
-//! other decay shapes); a warning that comes a few days too soon. Noise
-//! widens it: in that simulation at 3 % noise per read a quarter of the
-//! runs have every forecast within ±25 %, and fitting only the newer half
-//! of the rounds (a slope nearer the curve's present one) took the bias
-//! from −11 to −2 % but more than doubled the spread (sd 0.19 → 0.44).
+//! The drive is one channel of 50 MB/s ([`slow_channel`]): on the
+//! default 8 channels of 400 MB/s, a testbed starved of CPU (the suite
+//! side by side, `.ci/stress`) capped the fresh canary's reads more than
+//! the stale data's, the ratio stayed above the floor for days of age
+//! past the model's crossing, and the test judged the forecast against a
+//! declaration the load had moved. It could assert ±50 % and no better:
+//! alone on a quiet machine four runs of five were within ±25 %; under
+//! `.ci/stress` forecasts came out up to 52 % early, and one run in nine
+//! 78 % late. On the slow channel, beside `.ci/stress` running the
+//! suite, the ratios follow the model step by step and the forecasts
+//! 6–12 days ahead were −10..−16 %.
 //!
-//! In `.ci/stress` it failed once in nine suites since 16 rounds shipped,
-//! late: +78 %, the fitted exponent 3.2–3.9 where the curve's is ~5.
-//! Beside `stress-ng --cpu 4 --io 3` alone it passed two runs of two
-//! (−32..−25, −14..−6 %). Under more load still (that and `--cpu 2 --io 2`
-//! with a second run of this test, or a CPU-bound process beside `--cpu 2`)
-//! it failed three runs of three. The testbed is a
-//! FUSE process; starved of CPU, its reads take scheduler ticks (4 MiB
-//! regions in 16, 20 or 24 ms: medians of exactly 262, 210 or 175 MB/s)
-//! and stale data read at 150–350 MB/s whatever its age. There is no age
-//! in those rounds to fit (bytes over time instead of the median region
-//! did no better: two runs of two failed), and the forecast now says
-//! nothing rather than "not degraded within 3 years" (Sen's range of the
-//! slope holds 0), which this test still counts as a failure.
+//! What is left is the model's lean: a power of age fitted on the rise
+//! extrapolates past the testbed's curve as it levels off, a warning a
+//! day or two early. `tools/forecast-sim.py` judges the same fit on eight
+//! other decay shapes: a curve that levels off just past the floor has it
+//! 37 % early and an accelerating one 55 % late (docs/DESIGN.md,
+//! "Forecast"). When Sen's range of the slope holds 0 the forecast says
+//! nothing rather than "not degraded within 3 years", which this test
+//! counts as a failure.
 use std::path::{Path, PathBuf};
 
 use crate::helpers::*;
@@ -59,6 +46,24 @@ fn shift_mtimes(files: &[PathBuf], months: f64) {
         let m = std::fs::metadata(p).unwrap();
         let t = std::os::unix::fs::MetadataExt::mtime(&m) - (months * MONTH) as i64;
         set_mtime(p, t, 0);
+    }
+}
+
+/// The `840evo` decay on one channel of 50 MB/s: a 1 MiB read takes the
+/// same 21 ms as on each of the default drive's 8 channels, but the drive
+/// reads 50 MB/s, not 400. The testbed's reads cost it CPU besides the
+/// model's time; starved of CPU (the suite's tests side by side,
+/// `.ci/stress`) it serves 175–260 MB/s whatever the model says. On the
+/// default drive that cap slowed the fresh canary more than the stale
+/// data and pulled their ratio toward 1: a run under `.ci/stress` read
+/// 0.52–0.59 of fresh for six days of age where the model reads
+/// 0.43–0.5, the drive was declared degraded a week late, and the
+/// forecasts made before came out −26 to −52 %. Here both stay far
+/// below any such cap.
+fn slow_channel() -> testbed::model::Model {
+    testbed::model::Model {
+        fresh_bandwidth: 50e6,
+        ..testbed::model::Model::preset("840evo").unwrap()
     }
 }
 
@@ -91,6 +96,8 @@ fn privileged_the_forecast_says_when_the_drive_degrades() {
         tmp.path(),
         &DriveOptions {
             size: 1 << 30,
+            model: slow_channel(),
+            channels: 1,
             ..DriveOptions::default()
         },
     )
@@ -166,7 +173,7 @@ fn privileged_the_forecast_says_when_the_drive_degrades() {
     assert!(judged.len() >= 2, "{said:?}");
     for (at, f, actual) in &judged {
         assert!(
-            (f / actual - 1.0).abs() <= 0.5,
+            (f / actual - 1.0).abs() <= 0.25,
             "at {at:.1} months the forecast said {f:.1} days, it took {actual:.1}: {judged:?}"
         );
     }
