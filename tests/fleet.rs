@@ -172,7 +172,7 @@ fn three_in_a_group(max: usize) -> (usize, usize) {
             let log = d.log();
             let tail: Vec<&str> = log.lines().rev().take(15).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
-            format!("\n{}\n{}", d.status(), tail.join("\n"))
+            format!("\n{}\n{}", d.ctl(&["--json", "status"]).1, tail.join("\n"))
         });
         each.collect()
     });

@@ -18,7 +18,7 @@
 //! `.ci/stress` forecasts came out up to 52 % early, and one run in nine
 //! 78 % late. On the slow channel, beside `.ci/stress` running the
 //! suite, the ratios follow the model step by step and the forecasts
-//! 6–12 days ahead were −10..−16 %.
+//! 6–12 days ahead were −10..−16 % in one run, −13..−21 % in another.
 //!
 //! What is left is the model's lean: a power of age fitted on the rise
 //! extrapolates past the testbed's curve as it levels off, a warning a

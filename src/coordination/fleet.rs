@@ -28,8 +28,8 @@ pub(super) struct FleetState {
     pub(super) refused: BTreeMap<String, String>,
     pub(super) tickets: BTreeMap<u64, Arc<TicketShared>>,
     /// Each live ticket's key in etcd, once put (by ticket id). A key put
-    /// is here or in `released`, and moves between the two only under
-    /// this one lock: a ticket dropped while its put returned could lose
+    /// is here, in `released`, or gone from etcd (its lease lost, deleted
+    /// by hand), and moves between the two only under this one lock: a ticket dropped while its put returned could lose
     /// it when the key lived behind the ticket's own lock (taken empty by
     /// the drop, recorded by the session before the drop removed the
     /// ticket), and the key held a slot for nobody while the lease lived.
@@ -298,6 +298,22 @@ pub(super) fn record_put(fleet: &Fleet, t: &TicketShared, key: String) {
     }
 }
 
+/// Before `key` is put for a new ticket: whether it is also the key of a
+/// dropped one, still to delete. Keys are named by lease and device, so
+/// a drive that gave its slot back and queued again between two syncs
+/// has the same key twice: put over the old one, it would keep the old
+/// one's place in the queue, and the old one's delete at the next sync
+/// would take the new ticket's key (and its slot) away. Taken off the
+/// list here, it is deleted before the put: the new ticket queues at the
+/// end, and nothing deletes it later.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+pub(super) fn take_released(fleet: &Fleet, key: &str) -> bool {
+    let mut st = fleet.lock();
+    let before = st.released.len();
+    st.released.retain(|k| k != key);
+    st.released.len() != before
+}
+
 #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
 /// Ranks the local tickets of `group` against its queue (sorted by
 /// creation revision): the first `max` keys hold the slots until `until`.
@@ -326,7 +342,11 @@ pub(super) fn rank(
             None => {
                 // Gone from etcd (lease expired, deleted by hand): queue
                 // again, at the end.
-                fleet.lock().keys.remove(&t.id);
+                let mut st = fleet.lock();
+                if st.keys.get(&t.id) == Some(&key) {
+                    st.keys.remove(&t.id);
+                }
+                drop(st);
                 t.set(SlotState::Unavailable(
                     "our key left etcd's queue; queueing again".into(),
                 ));

@@ -14,7 +14,7 @@ use etcd_client::{
     TxnOp, TxnOpResponse,
 };
 
-use super::fleet::{rank, record_put, Fleet, QueueEntry};
+use super::fleet::{rank, record_put, take_released, Fleet, QueueEntry};
 use super::ticket::TicketShared;
 use crate::config::coordination::Coordination;
 
@@ -367,6 +367,16 @@ impl Session {
                 since: crate::inventory::now_secs(),
             };
             let value = serde_json::to_vec(&entry).unwrap_or_default();
+            if take_released(fleet, &key) {
+                let deleted =
+                    with_timeout(self.timeout, self.client.delete(key.clone(), None)).await;
+                if let Err(e) = deleted {
+                    // Still to delete: the next session's lease revoke
+                    // (or its expiry) takes it if nothing else does.
+                    fleet.lock().released.push(key);
+                    return Err(e);
+                }
+            }
             let opts = PutOptions::new().with_lease(self.lease);
             with_timeout(
                 self.timeout,

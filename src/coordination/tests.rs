@@ -240,3 +240,20 @@ fn every_key_put_is_a_live_tickets_or_released_whatever_the_timing() {
     drop(kept);
     assert_eq!(f.lock().released.len(), N);
 }
+
+#[test]
+fn a_key_put_again_for_a_new_ticket_is_not_deleted_after_the_put() {
+    // Keys are named by lease and device: a drive that gave its slot back
+    // and queued again between two syncs has its old key on the list to
+    // delete and the same key to put for the new ticket.
+    let f = fleet(1);
+    let old = f.queue("sda", "g", Arc::default());
+    put(&old, "l/sda");
+    drop(old);
+    let new = f.queue("sda", "g", Arc::default());
+    assert!(take_released(&f, "l/sda"), "deleted before the put");
+    assert!(f.lock().released.is_empty(), "and never after it");
+    put(&new, "l/sda");
+    assert_eq!(key_of(&new).as_deref(), Some("l/sda"));
+    assert!(!take_released(&f, "l/sda"), "nothing to delete first");
+}

@@ -221,11 +221,21 @@ fn privileged_fleet_the_health_gate_holds_refreshes_back_and_between_files() {
         done > 0 && done % (16 << 20) == 0,
         "whole files only: {done}"
     );
-    // The files started before the "no" finish; the last one cannot have
-    // started unless the round was in it already when the flag went.
-    if at_no < 32 << 20 {
-        assert!(done < 48 << 20, "stopped before the end: {done}");
-    }
+    // (at_no, read after the flag went, is at or past where the round
+    // was then: the file under way then and none after it.)
+    let file = 16u64 << 20;
+    assert!(
+        done <= (at_no / file + 1) * file,
+        "stopped after the file under way ({at_no} bytes done then): {done}"
+    );
+    // Unless the last file was under way already, the gate stopped it.
+    assert!(
+        done == 48 << 20
+            || d.log()
+                .contains("the refresh stops here and gives its slot back"),
+        "stopped between files by the gate:\n{}",
+        d.log()
+    );
     d.wait_for("the slot given back", 10, |_| {
         etcd.queue("shard-7").is_empty()
     });
