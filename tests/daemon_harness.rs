@@ -20,12 +20,28 @@ use testbed::{Drive, DriveOptions, Model};
 
 pub const MIB: usize = 1 << 20;
 
+/// A port on 127.0.0.1 that nothing listens on, never handed out twice
+/// in this run, and below the kernel's range for outgoing connections.
+/// A port the kernel picked (bind to port 0) was free only at that
+/// moment: between the pick and the daemon's bind, a client's connection
+/// elsewhere in the suite (etcd, curl, the tests' scrapes) could take it
+/// as its local port (under `.ci/stress`: "metrics_listen … Address
+/// already in use"). Ports are counted up from a start spread by the
+/// process id, each checked free.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const LAST: u32 = 32_767; // ip_local_port_range starts at 32768
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let spread = std::process::id() % 64 * 150;
+    for _ in FIRST..=LAST {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (FIRST + (spread + n) % (LAST - FIRST + 1)) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 in {FIRST}..={LAST}");
 }
 
 /// A running daemon; killed (SIGKILL) on drop if still running.

@@ -15,16 +15,21 @@ pub enum Call {
     /// `mincore`: relocation cannot tell which pages the application had
     /// cached.
     Mincore,
+    /// `fanotify_init` (and `fanotify_mark`): another process's change of
+    /// a file's times made while a write of refreshd's is in flight is
+    /// not told from that write (see `attrwatch`).
+    Fanotify,
 }
 
 impl Call {
-    pub const ALL: [Call; 2] = [Call::Openat2, Call::Mincore];
+    pub const ALL: [Call; 3] = [Call::Openat2, Call::Mincore, Call::Fanotify];
 
     /// The metric label.
     pub fn label(self) -> &'static str {
         match self {
             Call::Openat2 => "openat2",
             Call::Mincore => "mincore",
+            Call::Fanotify => "fanotify_init",
         }
     }
 
@@ -41,6 +46,12 @@ impl Call {
                  each relocated unit are not read back (its next reads go to the drive); \
                  allow mincore in the unit's SystemCallFilter="
             }
+            Call::Fanotify => {
+                "another process's change of a file's times made while a write of refreshd's \
+                 is in flight, before that write stores its own time, is taken for refreshd's \
+                 (its times put back over it); allow fanotify_init and fanotify_mark in the \
+                 unit's SystemCallFilter="
+            }
         }
     }
 
@@ -49,8 +60,12 @@ impl Call {
     }
 }
 
-static COUNTS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-static SAID: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
+static COUNTS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static SAID: [AtomicBool; 3] = [
+    AtomicBool::new(false),
+    AtomicBool::new(false),
+    AtomicBool::new(false),
+];
 
 /// Whether an error is a refusal of the call itself (a seccomp filter's
 /// EPERM or ENOSYS), not an answer about its arguments.

@@ -33,6 +33,13 @@ pub(super) fn stop_mid_refresh_then_resume(c: &Container, t: &mut Tree, port: u1
         .unwrap_or_else(|| panic!("no resume:\n{log}"));
     assert!(!resumed.contains("skip=0"), "{resumed}");
     t.unchanged("after stop and resume");
+    // Written in place under the shipped filter: fanotify was allowed.
+    let m = c.ok(&format!("curl -fsS http://127.0.0.1:{port}/metrics"));
+    assert!(
+        m.contains("refreshd_syscall_refused_total{call=\"fanotify_init\"} 0"),
+        "fanotify is allowed:\n{m}\n{}",
+        journal(c, "refreshd")
+    );
     set_config(c, port, "400MiB/s");
     c.ok("systemctl reload refreshd");
 }

@@ -24,11 +24,19 @@
 //! put back, over refreshd's own later writes — the file ends with the
 //! times the other process gave it.
 //!
-//! Residual (documented): a `touch -m` without a date (mtime = ctime =
-//! now) landing while a write of refreshd's is in flight cannot be told
-//! from that write (a timestamp rule would misfire on writes io_uring
-//! runs later on its workers): it is taken for refreshd's own; so is an
-//! explicit mtime set then to the moment one of refreshd's writes left.
+//! 0. Before these: any change fanotify reports from a process other
+//!    than refreshd ([`writers`]). It alone sees a change made while a
+//!    write of refreshd's is in flight, before that write stores its own
+//!    time over it: the two `IN_MODIFY` merge into one, and the times
+//!    are the write's. The times captured then are that write's: the
+//!    file keeps them, later than the other's, never the old ones.
+//!
+//! Residual (documented), where fanotify cannot be had: a change landing
+//! while a write of refreshd's is in flight, that the write's own time
+//! then covers or that leaves the times a write leaves (`touch -m`
+//! without a date: mtime = ctime = now), cannot be told from that write
+//! (a timestamp rule would misfire on writes io_uring runs later on its
+//! workers): it is taken for refreshd's own.
 //! Once seen, a change stays seen for the file: its times are left as the
 //! other process made them, and the recovery record says so.
 //!
@@ -41,6 +49,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 
 use crate::clock::Timestamp;
+
+mod writers;
+use writers::Writers;
 
 /// The I/O thread's inotify instance.
 #[derive(Debug)]
@@ -58,6 +69,17 @@ impl Watcher {
     /// `taken`, its (mtime, ctime) when refreshd took it: a change between
     /// that stat and the watch is another's.
     pub fn watch<'w>(
+        &'w self,
+        file: BorrowedFd<'_>,
+        taken: (Timestamp, Timestamp),
+    ) -> io::Result<AttrWatch<'w>> {
+        let mut w = self.watch_by_inotify(file, taken)?;
+        w.writers = Writers::watch(file);
+        Ok(w)
+    }
+
+    /// [`Watcher::watch`] without fanotify (rules 1–3 alone).
+    fn watch_by_inotify<'w>(
         &'w self,
         file: BorrowedFd<'_>,
         taken: (Timestamp, Timestamp),
@@ -80,6 +102,7 @@ impl Watcher {
             theirs: None,
             foreign: 0,
             captured_at: 0,
+            writers: None,
         };
         w.events(); // left over from an earlier watch with the same number
         w.seen = false;
@@ -111,6 +134,8 @@ pub struct AttrWatch<'w> {
     /// there were when `theirs` was captured.
     foreign: u64,
     captured_at: u64,
+    /// Which process changed it (rule 0), where fanotify can be had.
+    writers: Option<Writers>,
 }
 
 /// What a look at the file found.
@@ -157,10 +182,11 @@ impl AttrWatch<'_> {
         n
     }
 
-    /// Events since the last call, judged by rules 1 and 2.
+    /// Events since the last call, judged by rules 0, 1 and 2.
     fn note_events(&mut self) {
         let e = self.events();
-        if e.attrib > 0 || (self.quiet && e.modify > 0) {
+        let anothers = self.writers.as_ref().is_some_and(Writers::anothers);
+        if anothers || e.attrib > 0 || (self.quiet && e.modify > 0) {
             self.seen = true;
             self.foreign += 1;
         }
@@ -289,7 +315,8 @@ impl AttrWatch<'_> {
     /// own): whether another process changed them at the same moment.
     pub fn restored(&mut self) -> bool {
         let e = self.events();
-        let others = e.attrib > 1 || e.modify > 0;
+        let anothers = self.writers.as_ref().is_some_and(Writers::anothers);
+        let others = anothers || e.attrib > 1 || e.modify > 0;
         self.seen |= others;
         others
     }

@@ -255,3 +255,65 @@ fn times_two_of_our_writes_left_crossed_are_ours() {
         eprintln!("NOTE: only {crossed} crossed pairs in {pairs}");
     }
 }
+
+/// `touch -m -d` by another process (a real one: fanotify tells
+/// processes apart) while a write of ours is in flight, before that
+/// write stores its own time: the write's time covers theirs
+/// (mtime = ctime again) and inotify merges the two `IN_MODIFY` into
+/// one. Rule 0 sees it as another's; on rules 1–3 alone (the guard off)
+/// it is taken for ours, and the old times would be put back over it,
+/// as a stress run of the suite caught the daemon doing.
+#[test]
+fn a_dated_mtime_our_write_in_flight_then_covers_is_anothers() {
+    let tmp = tempfile::tempdir().unwrap();
+    for fanotify in [true, false] {
+        let (p, f, watcher) = written(tmp.path());
+        let taken = times(f.as_fd()).unwrap();
+        let mut w = if fanotify {
+            watcher.watch(f.as_fd(), taken).unwrap()
+        } else {
+            watcher.watch_by_inotify(f.as_fd(), taken).unwrap()
+        };
+        assert_eq!(w.writers.is_some(), fanotify, "fanotify on this kernel");
+        our_write(&mut w, &f);
+        w.writing(f.as_fd());
+        let touch = std::process::Command::new("touch")
+            .args(["-c", "-m", "-d", "@1234"])
+            .arg(&p)
+            .status()
+            .unwrap();
+        assert!(touch.success());
+        assert_eq!(times(f.as_fd()).unwrap().0, Timestamp::new(1_234, 0));
+        f.write_all_at(b"ours", 0).unwrap(); // the write in flight lands
+        let (m, c) = times(f.as_fd()).unwrap();
+        assert_eq!(m, c, "the write's time covered theirs");
+        let seen = w.look(f.as_fd()).unwrap();
+        if fanotify {
+            assert_eq!(seen, Seen::Another);
+            assert!(w.may_restore(f.as_fd()).is_err());
+        } else {
+            assert_eq!(seen, Seen::Own(m, c), "rules 1-3 cannot tell it");
+            assert_eq!(w.may_restore(f.as_fd()), Ok(()));
+        }
+    }
+}
+
+/// Rule 0 takes refreshd's own changes for its own: writes, and the
+/// times it puts back (the same process, another thread).
+#[test]
+fn fanotify_takes_our_own_writes_and_times_for_ours() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (p, f, watcher) = written(tmp.path());
+    let mut w = watcher.watch(f.as_fd(), times(f.as_fd()).unwrap()).unwrap();
+    assert!(w.writers.is_some(), "fanotify on this kernel");
+    w.writing(f.as_fd());
+    let g = f.try_clone().unwrap();
+    std::thread::spawn(move || g.write_all_at(b"ours", 8192).unwrap())
+        .join()
+        .unwrap();
+    f.write_all_at(b"ours", 0).unwrap();
+    assert!(matches!(w.look(f.as_fd()), Ok(Seen::Own(..))));
+    assert_eq!(w.may_restore(f.as_fd()), Ok(()));
+    set_times(&p, (1_000, 0), (1_000, 0));
+    assert!(!w.restored(), "our own putting back");
+}
