@@ -53,15 +53,19 @@ use crate::clock::Timestamp;
 mod writers;
 use writers::Writers;
 
-/// The I/O thread's inotify instance.
+/// The I/O thread's inotify instance and fanotify group.
 #[derive(Debug)]
-pub struct Watcher(OwnedFd);
+pub struct Watcher {
+    inotify: OwnedFd,
+    writers: Option<Writers>,
+}
 
 impl Watcher {
     pub fn new() -> io::Result<Watcher> {
-        Ok(Watcher(inotify::init(
-            CreateFlags::NONBLOCK | CreateFlags::CLOEXEC,
-        )?))
+        Ok(Watcher {
+            inotify: inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?,
+            writers: Writers::new(),
+        })
     }
 
     /// Starts watching the inode `file` refers to (through
@@ -74,7 +78,7 @@ impl Watcher {
         taken: (Timestamp, Timestamp),
     ) -> io::Result<AttrWatch<'w>> {
         let mut w = self.watch_by_inotify(file, taken)?;
-        w.writers = Writers::watch(file);
+        w.writers = self.writers.as_ref().filter(|g| g.mark(file));
         Ok(w)
     }
 
@@ -86,12 +90,12 @@ impl Watcher {
     ) -> io::Result<AttrWatch<'w>> {
         let path = format!("/proc/self/fd/{}", file.as_raw_fd());
         let wd = inotify::add_watch(
-            &self.0,
+            &self.inotify,
             path.as_str(),
             WatchFlags::ATTRIB | WatchFlags::MODIFY,
         )?;
         let mut w = AttrWatch {
-            inotify: self.0.as_fd(),
+            inotify: self.inotify.as_fd(),
             wd,
             seen: false,
             quiet: true,
@@ -135,7 +139,7 @@ pub struct AttrWatch<'w> {
     foreign: u64,
     captured_at: u64,
     /// Which process changed it (rule 0), where fanotify can be had.
-    writers: Option<Writers>,
+    writers: Option<&'w Writers>,
 }
 
 /// What a look at the file found.
@@ -185,16 +189,23 @@ impl AttrWatch<'_> {
     /// Events since the last call, judged by rules 0, 1 and 2.
     fn note_events(&mut self) {
         let e = self.events();
-        let anothers = self.writers.as_ref().is_some_and(Writers::anothers);
+        let anothers = self.writers.is_some_and(Writers::anothers);
         if anothers || e.attrib > 0 || (self.quiet && e.modify > 0) {
             self.seen = true;
             self.foreign += 1;
         }
     }
 
-    /// Captures the times another process left (first change only).
-    fn capture(&mut self, st: &rustix::fs::Stat) {
+    /// Captures the times another process left (first change only),
+    /// read again now: the times read before its events were drained can
+    /// be from before the change (a change landing between the two is
+    /// seen, but its times are in neither). A change after this read
+    /// counts again, and then none are put back.
+    fn capture(&mut self, file: BorrowedFd<'_>) {
         if self.theirs.is_none() {
+            let Ok(st) = rustix::fs::fstat(file) else {
+                return;
+            };
             let a = Timestamp::from_stat(st.st_atime, st.st_atime_nsec);
             let m = Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec);
             self.theirs = Some((a, m));
@@ -218,7 +229,7 @@ impl AttrWatch<'_> {
             }
             self.last = (m, c);
             if self.seen && !before {
-                self.capture(&st);
+                self.capture(file);
             }
         }
         self.quiet = false;
@@ -284,7 +295,7 @@ impl AttrWatch<'_> {
         }
         if self.seen && !before {
             // No write of refreshd's in flight: these are theirs.
-            self.capture(&st);
+            self.capture(file);
         }
         if self.seen {
             return Ok(Seen::Another);
@@ -315,7 +326,7 @@ impl AttrWatch<'_> {
     /// own): whether another process changed them at the same moment.
     pub fn restored(&mut self) -> bool {
         let e = self.events();
-        let anothers = self.writers.as_ref().is_some_and(Writers::anothers);
+        let anothers = self.writers.is_some_and(Writers::anothers);
         let others = anothers || e.attrib > 1 || e.modify > 0;
         self.seen |= others;
         others
@@ -340,6 +351,9 @@ fn parse_events(buf: &[u8]) -> impl Iterator<Item = (i32, ReadFlags)> + '_ {
 impl Drop for AttrWatch<'_> {
     fn drop(&mut self) {
         let _ = inotify::remove_watch(self.inotify, self.wd);
+        if let Some(w) = self.writers {
+            w.unmark();
+        }
     }
 }
 

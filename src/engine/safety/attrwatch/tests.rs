@@ -277,12 +277,7 @@ fn a_dated_mtime_our_write_in_flight_then_covers_is_anothers() {
         assert_eq!(w.writers.is_some(), fanotify, "fanotify on this kernel");
         our_write(&mut w, &f);
         w.writing(f.as_fd());
-        let touch = std::process::Command::new("touch")
-            .args(["-c", "-m", "-d", "@1234"])
-            .arg(&p)
-            .status()
-            .unwrap();
-        assert!(touch.success());
+        touch_by_another(&p);
         assert_eq!(times(f.as_fd()).unwrap().0, Timestamp::new(1_234, 0));
         f.write_all_at(b"ours", 0).unwrap(); // the write in flight lands
         let (m, c) = times(f.as_fd()).unwrap();
@@ -316,4 +311,44 @@ fn fanotify_takes_our_own_writes_and_times_for_ours() {
     assert_eq!(w.may_restore(f.as_fd()), Ok(()));
     set_times(&p, (1_000, 0), (1_000, 0));
     assert!(!w.restored(), "our own putting back");
+}
+
+/// `touch -c -m -d @1234` by another process (fanotify tells processes
+/// apart; a call from this one would be ours).
+fn touch_by_another(p: &Path) {
+    let touch = std::process::Command::new("touch")
+        .args(["-c", "-m", "-d", "@1234"])
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(touch.success());
+}
+
+/// One fanotify group per I/O thread: a file's mark goes with its watch,
+/// and what was queued for it is not the next file's. Without the unmark
+/// or the drain, the next file's watch would take the last file's
+/// changes for its own and leave its times.
+#[test]
+fn the_next_files_watch_does_not_take_the_last_files_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (p, f, watcher) = written(tmp.path());
+    let q = tmp.path().join("g");
+    std::fs::write(&q, vec![2u8; 8192]).unwrap();
+    let g = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&q)
+        .unwrap();
+    {
+        let w = watcher.watch(f.as_fd(), times(f.as_fd()).unwrap()).unwrap();
+        assert!(w.writers.is_some(), "fanotify on this kernel");
+        touch_by_another(&p); // queued, never looked at
+    }
+    let mut w = watcher.watch(g.as_fd(), times(g.as_fd()).unwrap()).unwrap();
+    assert!(w.writers.is_some());
+    touch_by_another(&p); // the last file, no longer marked
+    our_write(&mut w, &g);
+    assert_eq!(w.may_restore(g.as_fd()), Ok(()));
+    touch_by_another(&q);
+    assert_eq!(w.look(g.as_fd()).ok(), Some(Seen::Another), "its own file");
 }
