@@ -52,6 +52,16 @@ fn without_fanotify(why: &dyn std::fmt::Display) {
     });
 }
 
+/// Why a fanotify call failed, said once: a seccomp filter's refusal is
+/// also counted, anything else is told as the cause.
+fn given_up(doing: &str, e: io::Error) {
+    if refused::is_refusal(&e) {
+        refused::note(Call::Fanotify, &e);
+    } else {
+        without_fanotify(&format!("{doing}{e}"));
+    }
+}
+
 impl Writers {
     /// The thread's group, or `None` where fanotify is not to be had.
     pub(super) fn new() -> Option<Writers> {
@@ -68,12 +78,7 @@ impl Writers {
         // SAFETY: plain syscall; the result is checked.
         let fd = unsafe { libc::fanotify_init(flags, event_flags) };
         if fd < 0 {
-            let e = io::Error::last_os_error();
-            if refused::is_refusal(&e) {
-                refused::note(Call::Fanotify, &e);
-            } else {
-                without_fanotify(&e);
-            }
+            given_up("", io::Error::last_os_error());
             return None;
         }
         // SAFETY: fanotify_init returned a new descriptor we own.
@@ -100,12 +105,7 @@ impl Writers {
             )
         };
         if r < 0 {
-            let e = io::Error::last_os_error();
-            if refused::is_refusal(&e) {
-                refused::note(Call::Fanotify, &e);
-            } else {
-                without_fanotify(&format!("marking a file: {e}"));
-            }
+            given_up("marking a file: ", io::Error::last_os_error());
             return false;
         }
         true
