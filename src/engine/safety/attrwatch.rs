@@ -280,6 +280,8 @@ impl AttrWatch<'_> {
     /// is seen as one.
     pub fn look(&mut self, file: BorrowedFd<'_>) -> io::Result<Seen> {
         let st = rustix::fs::fstat(file)?;
+        #[cfg(test)]
+        tests::between_the_read_and_the_drain();
         let m = Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec);
         let c = Timestamp::from_stat(st.st_ctime, st.st_ctime_nsec);
         let before = self.seen;
@@ -296,6 +298,8 @@ impl AttrWatch<'_> {
         if self.seen && !before {
             // No write of refreshd's in flight: these are theirs.
             self.capture(file);
+            #[cfg(test)]
+            tests::capture_from_the_first_read(self, &st);
         }
         if self.seen {
             return Ok(Seen::Another);

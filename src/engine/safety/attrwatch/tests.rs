@@ -3,8 +3,33 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use std::cell::{Cell, RefCell};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+
+thread_local! {
+    /// Run by `look` between its read of the times and its drain of the
+    /// events (once).
+    static BETWEEN: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    /// The guard off: a change first seen by a look is captured with the
+    /// times that look read before the drain (the code before d46a0c3).
+    static FIRST_READ: Cell<bool> = const { Cell::new(false) };
+}
+
+pub(super) fn between_the_read_and_the_drain() {
+    if let Some(f) = BETWEEN.with(|b| b.borrow_mut().take()) {
+        f();
+    }
+}
+
+pub(super) fn capture_from_the_first_read(w: &mut AttrWatch<'_>, st: &rustix::fs::Stat) {
+    if FIRST_READ.get() {
+        w.theirs = Some((
+            Timestamp::from_stat(st.st_atime, st.st_atime_nsec),
+            Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec),
+        ));
+    }
+}
 
 fn set_times(p: &Path, atime: (i64, i64), mtime: (i64, i64)) {
     let ts = |(s, n): (i64, i64)| rustix::fs::Timespec {
@@ -351,4 +376,29 @@ fn the_next_files_watch_does_not_take_the_last_files_changes() {
     assert_eq!(w.may_restore(g.as_fd()), Ok(()));
     touch_by_another(&q);
     assert_eq!(w.look(g.as_fd()).ok(), Some(Seen::Another), "its own file");
+}
+
+/// Another process's change landing between a look's read of the times
+/// and its drain of the events: the drain sees it, and the times kept
+/// as theirs are read again after it. Captured from the first read (the
+/// guard off) they are the times refreshd took the file with, and those
+/// would be put back over theirs at the end.
+#[test]
+fn a_change_between_the_read_and_the_drain_keeps_its_own_times() {
+    let tmp = tempfile::tempdir().unwrap();
+    for guard_off in [false, true] {
+        let (p, f, watcher) = written(tmp.path());
+        let mut w = watcher.watch(f.as_fd(), times(f.as_fd()).unwrap()).unwrap();
+        BETWEEN.with(|b| *b.borrow_mut() = Some(Box::new(move || touch_by_another(&p))));
+        FIRST_READ.set(guard_off);
+        let seen = w.look(f.as_fd()).unwrap();
+        FIRST_READ.set(false);
+        assert_eq!(seen, Seen::Another, "the drain saw it");
+        let kept = w.theirs().map(|(_, m)| m);
+        if guard_off {
+            assert_eq!(kept, Some(Timestamp::new(1_000, 0)), "the times taken with");
+        } else {
+            assert_eq!(kept, Some(Timestamp::new(1_234, 0)), "their mtime");
+        }
+    }
 }
