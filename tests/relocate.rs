@@ -153,7 +153,6 @@ fn privileged_relocation_refreshes_a_file_mmapped_by_a_live_reader() {
         let data = Arc::new(pattern(24 * MIB + 777, 5));
         write_file(&p, &data);
         fs.sync();
-        let before = fingerprint(&p);
         let phys = physical(&p);
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::default();
@@ -161,6 +160,9 @@ fn privileged_relocation_refreshes_a_file_mmapped_by_a_live_reader() {
         // Live before the refresh, and still reading after it: a pass
         // before, and the pass in progress at its end finished.
         wait_for_passes(&done, 1, "before the refresh");
+        // After the reader's mmap, which set the atime (its access is the
+        // application's: refreshd keeps it).
+        let before = fingerprint(&p);
         // auto: the reader has it open, so no lease: relocation.
         let (code, files, _) =
             refresh_json(&["--rate", "24MiB/s", "--relocate-chunk", "2MiB"], &[&p]);

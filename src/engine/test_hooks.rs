@@ -10,6 +10,8 @@ use std::sync::Mutex;
 /// Where in a file's refresh.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Point {
+    /// A write about to be submitted (after the watch was told).
+    Writing,
     /// Every write reaped, before the driver's end.
     Written,
     /// Right before the times are checked and put back.

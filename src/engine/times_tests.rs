@@ -1,5 +1,5 @@
 //! Times are put back only over refreshd's own change: another process's
-//! `touch -m`, `touch -m -d`, `utime` or `chmod` at each step of an
+//! `touch -m`, `touch -m -d`, `touch -a`, `utime` or `chmod` at each step of an
 //! in-place refresh — after the last write, right before the times go
 //! back, during the final fsync — is left as it made it, and the recovery
 //! record never vouches for its times. With the check switched off, the
@@ -39,6 +39,8 @@ enum Change {
     TouchDate,
     Utime,
     Chmod,
+    /// `touch -a -d`: the atime alone (no watch's event, ctime moves).
+    TouchAtime,
 }
 
 impl Change {
@@ -48,6 +50,7 @@ impl Change {
             Change::TouchNow => set_times(p, omit, (0, rustix::fs::UTIME_NOW)),
             Change::TouchDate => set_times(p, omit, (1_234_567_890, 1)),
             Change::Utime => set_times(p, (1_111, 0), (2_222, 0)),
+            Change::TouchAtime => set_times(p, (1_333, 3), omit),
             Change::Chmod => {
                 std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o600))
                     .unwrap()
@@ -106,6 +109,7 @@ fn another_processs_change_at_each_step_is_left_as_it_made_it() {
             Change::TouchDate,
             Change::Utime,
             Change::Chmod,
+            Change::TouchAtime,
         ] {
             let (r, p, theirs, _tmp) = refresh(at, change, UnsafeSwitches::default());
             assert_eq!(r.outcome, Outcome::Refreshed, "{at:?} {change:?}");
@@ -160,4 +164,29 @@ fn guard_off_the_saved_times_go_over_another_processs() {
     assert_eq!(r.outcome, Outcome::Refreshed);
     assert_eq!(mtime(&p), OLD, "refreshd's saved mtime over theirs");
     assert_ne!(Some(mtime(&p)), theirs);
+}
+
+fn atime(p: &Path) -> (i64, i64) {
+    let m = std::fs::metadata(p).unwrap();
+    (m.atime(), m.atime_nsec())
+}
+
+/// `touch -a` while a write of refreshd's is in flight: the write's time
+/// covers the ctime it moved and no watch sees it (`IN_ACCESS` is not
+/// watched). The mtime goes back; their atime stays, as refreshd's reads
+/// (`O_NOATIME`) cannot have moved it. With the saved atime put back (the
+/// guard off) theirs is lost.
+#[test]
+fn an_atime_set_while_a_write_is_in_flight_is_kept() {
+    for guard_off in [false, true] {
+        let sw = UnsafeSwitches {
+            put_back_atime: guard_off,
+            ..UnsafeSwitches::default()
+        };
+        let (r, p, _, _tmp) = refresh(Point::Writing, Change::TouchAtime, sw);
+        assert_eq!(r.outcome, Outcome::Refreshed);
+        assert_eq!(mtime(&p), OLD, "the mtime goes back");
+        let want = if guard_off { OLD } else { (1_333, 3) };
+        assert_eq!(atime(&p), want, "guard off: {guard_off}");
+    }
 }

@@ -139,4 +139,7 @@ switches! {
     /// Put the saved times back even when another process changed the
     /// file's times or attributes meanwhile.
     ignore_others_times,
+    /// Put the saved atime back too where refreshd's reads cannot have
+    /// moved it (`O_NOATIME`): another process's atime is lost.
+    put_back_atime,
 }

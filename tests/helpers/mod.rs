@@ -6,7 +6,7 @@
 
 use std::fs::{self, File};
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -211,16 +211,24 @@ pub struct Fingerprint {
     pub blocks: u64,
     pub data_ranges: Vec<std::ops::Range<u64>>,
     pub mtime: (i64, i64),
+    pub atime: (i64, i64),
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
     pub xattrs: Vec<(String, Vec<u8>)>,
 }
 
+/// Everything refreshd must leave as it was. Read with `O_NOATIME` (the
+/// tests run as root): reading it does not move the atime it records.
 pub fn fingerprint(path: &Path) -> Fingerprint {
-    let data = fs::read(path).unwrap();
     let md = fs::symlink_metadata(path).unwrap();
-    let f = File::open(path).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOATIME)
+        .open(path)
+        .unwrap();
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut data).unwrap();
     let data_ranges = seek_data_ranges(std::os::fd::AsFd::as_fd(&f), md.len()).unwrap();
     Fingerprint {
         hash: xxhash_rust::xxh3::xxh3_64(&data),
@@ -228,6 +236,7 @@ pub fn fingerprint(path: &Path) -> Fingerprint {
         blocks: md.blocks(),
         data_ranges,
         mtime: (md.mtime(), md.mtime_nsec()),
+        atime: (md.atime(), md.atime_nsec()),
         mode: md.permissions().mode(),
         uid: md.uid(),
         gid: md.gid(),

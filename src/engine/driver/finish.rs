@@ -116,7 +116,10 @@ fn restore_times(
         }
         (Err(why), None) => report.times_left = Some(format!("times left as they are: {why}")),
         (Ok(()), _) => {
-            rustix::fs::futimens(fd, &o.meta.timestamps())?;
+            let m = &o.meta;
+            let atime_is_ours = cfg.unsafe_switches.put_back_atime();
+            let times = guard::own_times_over(fd, m.atime, m.mtime, atime_is_ours);
+            rustix::fs::futimens(fd, &times)?;
             // Ours is one attribute change; another at the same moment
             // may have been overwritten: said so.
             if attrs.is_some_and(|a| a.restored()) {

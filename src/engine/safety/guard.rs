@@ -12,7 +12,9 @@ use crate::engine::report::SkipReason;
 use crate::io::fsid::FsId;
 use crate::io::syscalls::{self, FsKind};
 
-pub use super::meta::{file_kind, meta, privileges_a_write_strips, reopen, FileMeta};
+pub use super::meta::{
+    file_kind, meta, own_times_over, privileges_a_write_strips, reopen, FileMeta,
+};
 pub use super::target::{Identity, Target};
 
 /// Why a file could not be opened for refresh.

@@ -107,10 +107,9 @@ fn recover_one(e: &Entry) -> RecoveryOutcome {
         match verdict {
             Verdict::Leave(why) => Err(Left(why.into())),
             Verdict::Restore => {
-                let times = rustix::fs::Timestamps {
-                    last_access: e.taken.atime.to_timespec(),
-                    last_modification: e.taken.mtime.to_timespec(),
-                };
+                let (atime, mtime) = (e.taken.atime, e.taken.mtime);
+                let times =
+                    crate::engine::safety::meta::own_times_over(fd.as_fd(), atime, mtime, false);
                 rustix::fs::futimens(&fd, &times).map_err(|err| {
                     Left(format!("restoring the times: {}", io::Error::from(err)))
                 })?;

@@ -160,6 +160,11 @@ fn torn_or_corrupt_records_are_rejected() {
 /// A file in a temp dir, a journal beside it, and a record taken now (as
 /// the engine does under its lease), then one write of "ours".
 fn setup() -> (tempfile::TempDir, Journal, PathBuf, Record) {
+    setup_with(|_| ())
+}
+
+/// [`setup`], with `meanwhile` run right before our write.
+fn setup_with(meanwhile: impl FnOnce(&Path)) -> (tempfile::TempDir, Journal, PathBuf, Record) {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("f");
     std::fs::write(&path, vec![7u8; 8192]).unwrap();
@@ -191,6 +196,7 @@ fn setup() -> (tempfile::TempDir, Journal, PathBuf, Record) {
             changed_by_another: false,
         })
         .unwrap();
+    meanwhile(&path);
     f.write_all_at(&[7u8; 4096], 0).unwrap();
     let now = observe(f.as_fd()).unwrap();
     rec.observe(now.mtime, now.ctime).unwrap();
@@ -232,6 +238,36 @@ fn a_killed_refresh_is_put_back() {
     assert_eq!(r[0].outcome, RecoveryOutcome::Restored);
     assert_eq!(mtime(&path), (1_500_000_000, 123));
     assert!(j.entries().unwrap().is_empty(), "record dropped");
+}
+
+/// Another process's `touch -a` while our write was in flight (the write
+/// then covered the ctime it moved): the mtime goes back, their atime
+/// stays (refreshd's reads, `O_NOATIME`, cannot have moved it).
+#[test]
+fn an_atime_set_before_the_kill_is_kept() {
+    let (_tmp, j, path, rec) = setup_with(|p| {
+        let omit = rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        };
+        let theirs = rustix::fs::Timespec {
+            tv_sec: 1_333,
+            tv_nsec: 3,
+        };
+        let t = rustix::fs::Timestamps {
+            last_access: theirs,
+            last_modification: omit,
+        };
+        rustix::fs::utimensat(rustix::fs::CWD, p, &t, AtFlags::empty()).unwrap();
+    });
+    std::mem::forget(rec);
+    let j = next_run(j);
+    let r = recover(&j).unwrap();
+    assert_eq!(r[0].outcome, RecoveryOutcome::Restored);
+    assert_eq!(mtime(&path), (1_500_000_000, 123));
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(&path).unwrap();
+    assert_eq!((m.atime(), m.atime_nsec()), (1_333, 3), "their atime");
 }
 
 #[test]

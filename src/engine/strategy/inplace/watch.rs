@@ -71,6 +71,8 @@ impl Watch for FileWatch<'_, '_> {
 
     fn writing(&mut self) {
         self.attrs.writing(self.fd);
+        #[cfg(test)]
+        crate::engine::test_hooks::at(self.fd, crate::engine::test_hooks::Point::Writing);
     }
 
     fn lease_deadline(&self) -> Option<Instant> {
