@@ -48,3 +48,17 @@ pub fn at(fd: BorrowedFd<'_>, at: Point) {
         f();
     }
 }
+
+/// `utimensat` of a path: (seconds, nanoseconds) each, `UTIME_OMIT` and
+/// `UTIME_NOW` as the nanoseconds where meant.
+pub fn set_times(p: &std::path::Path, atime: (i64, i64), mtime: (i64, i64)) {
+    let ts = |(s, n): (i64, i64)| rustix::fs::Timespec {
+        tv_sec: s,
+        tv_nsec: n,
+    };
+    let t = rustix::fs::Timestamps {
+        last_access: ts(atime),
+        last_modification: ts(mtime),
+    };
+    rustix::fs::utimensat(rustix::fs::CWD, p, &t, rustix::fs::AtFlags::empty()).expect("utimensat");
+}

@@ -6,6 +6,7 @@
 //! saved times are put over the other process's.
 #![allow(clippy::unwrap_used)]
 
+use crate::engine::test_hooks::set_times;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,18 +16,6 @@ use crate::engine::test_hooks::{self, Point};
 use crate::engine::{Engine, EngineConfig, Outcome, Target, UnsafeSwitches};
 
 const OLD: (i64, i64) = (1_500_000_000, 7);
-
-fn set_times(p: &Path, atime: (i64, i64), mtime: (i64, i64)) {
-    let ts = |(s, n): (i64, i64)| rustix::fs::Timespec {
-        tv_sec: s,
-        tv_nsec: n,
-    };
-    let t = rustix::fs::Timestamps {
-        last_access: ts(atime),
-        last_modification: ts(mtime),
-    };
-    rustix::fs::utimensat(rustix::fs::CWD, p, &t, rustix::fs::AtFlags::empty()).unwrap();
-}
 
 fn mtime(p: &Path) -> (i64, i64) {
     let m = std::fs::metadata(p).unwrap();

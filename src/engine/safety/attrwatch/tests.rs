@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::engine::test_hooks::set_times;
 use std::cell::{Cell, RefCell};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -29,18 +30,6 @@ pub(super) fn capture_from_the_first_read(w: &mut AttrWatch<'_>, st: &rustix::fs
             Timestamp::from_stat(st.st_mtime, st.st_mtime_nsec),
         ));
     }
-}
-
-fn set_times(p: &Path, atime: (i64, i64), mtime: (i64, i64)) {
-    let ts = |(s, n): (i64, i64)| rustix::fs::Timespec {
-        tv_sec: s,
-        tv_nsec: n,
-    };
-    let t = rustix::fs::Timestamps {
-        last_access: ts(atime),
-        last_modification: ts(mtime),
-    };
-    rustix::fs::utimensat(rustix::fs::CWD, p, &t, rustix::fs::AtFlags::empty()).unwrap();
 }
 
 fn times(file: BorrowedFd<'_>) -> io::Result<(Timestamp, Timestamp)> {

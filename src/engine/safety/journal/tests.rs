@@ -246,19 +246,7 @@ fn a_killed_refresh_is_put_back() {
 #[test]
 fn an_atime_set_before_the_kill_is_kept() {
     let (_tmp, j, path, rec) = setup_with(|p| {
-        let omit = rustix::fs::Timespec {
-            tv_sec: 0,
-            tv_nsec: rustix::fs::UTIME_OMIT,
-        };
-        let theirs = rustix::fs::Timespec {
-            tv_sec: 1_333,
-            tv_nsec: 3,
-        };
-        let t = rustix::fs::Timestamps {
-            last_access: theirs,
-            last_modification: omit,
-        };
-        rustix::fs::utimensat(rustix::fs::CWD, p, &t, AtFlags::empty()).unwrap();
+        crate::engine::test_hooks::set_times(p, (1_333, 3), (0, rustix::fs::UTIME_OMIT));
     });
     std::mem::forget(rec);
     let j = next_run(j);
