@@ -16,6 +16,8 @@ pub enum Point {
     Written,
     /// Right before the times are checked and put back.
     BeforeTimes,
+    /// The times judged (whose to put back), before they are put back.
+    Judged,
     /// After the times were put back, before the final fsync.
     BeforeFsync,
 }

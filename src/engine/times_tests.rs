@@ -61,17 +61,32 @@ fn refresh(
     Option<(i64, i64)>,
     tempfile::TempDir,
 ) {
+    refresh_with(&[(at, change)], sw)
+}
+
+/// [`refresh`] with a change at each of several points.
+fn refresh_with(
+    changes: &[(Point, Change)],
+    sw: UnsafeSwitches,
+) -> (
+    crate::engine::FileReport,
+    PathBuf,
+    Option<(i64, i64)>,
+    tempfile::TempDir,
+) {
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let p = tmp.path().join("f");
     std::fs::write(&p, vec![9u8; 256 << 10]).unwrap();
     set_times(&p, OLD, OLD);
     let ino = std::fs::metadata(&p).unwrap().ino();
     let theirs = Arc::new(std::sync::Mutex::new(None));
-    let (p2, t2) = (p.clone(), theirs.clone());
-    test_hooks::set(ino, at, move || {
-        change.apply(&p2);
-        *t2.lock().unwrap() = Some(mtime(&p2));
-    });
+    for &(at, change) in changes {
+        let (p2, t2) = (p.clone(), theirs.clone());
+        test_hooks::set(ino, at, move || {
+            change.apply(&p2);
+            *t2.lock().unwrap() = Some(mtime(&p2));
+        });
+    }
     let journal = Arc::new(Journal::open(&tmp.path().join("state")).unwrap());
     let engine = Engine::start(EngineConfig {
         journal: Some(journal.clone()),
@@ -113,6 +128,12 @@ fn another_processs_change_at_each_step_is_left_as_it_made_it() {
                 "{at:?} {change:?}: left as it was made"
             );
             assert_ne!(mtime(&p), OLD, "{at:?} {change:?}");
+            // (A `touch -a` after the last write moves the ctime: like
+            // any change of another's, it keeps the file's times as they
+            // are, refreshd's mtime included, its atime theirs.)
+            if let Change::TouchAtime = change {
+                assert_eq!(atime(&p), (1_333, 3), "{at:?}: their atime");
+            }
         }
     }
 }
@@ -175,6 +196,59 @@ fn an_atime_set_while_a_write_is_in_flight_is_kept() {
         let (r, p, _, _tmp) = refresh(Point::Writing, Change::TouchAtime, sw);
         assert_eq!(r.outcome, Outcome::Refreshed);
         assert_eq!(mtime(&p), OLD, "the mtime goes back");
+        let want = if guard_off { OLD } else { (1_333, 3) };
+        assert_eq!(atime(&p), want, "guard off: {guard_off}");
+    }
+}
+
+/// Opened without `O_NOATIME` (refreshd's reads may have moved the atime)
+/// the atime taken is put back; with it, the file's own is kept, unless
+/// forced (the guard off).
+#[test]
+fn the_atime_goes_back_only_where_refreshds_reads_may_have_moved_it() {
+    use crate::clock::Timestamp;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = tmp.path().join("f");
+    std::fs::write(&p, b"x").unwrap();
+    set_times(&p, (1_333, 3), OLD);
+    let taken = Timestamp::new(1_000, 0);
+    for (flags, force, want) in [
+        (libc::O_NOATIME, false, (1_333, 3)),
+        (libc::O_NOATIME, true, (1_000, 0)),
+        (0, false, (1_000, 0)),
+    ] {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(&p)
+            .unwrap();
+        let t = crate::engine::safety::meta::times_to_put_back(f.as_fd(), taken, taken, force);
+        let got = (t.last_access.tv_sec, t.last_access.tv_nsec as i64);
+        assert_eq!(got, want, "flags {flags:#x}, forced {force}");
+    }
+}
+
+/// Another's `touch -m -d` after the last write (seen: their times are
+/// put back over refreshd's), then, once judged, their `touch -a`:
+/// the atime put back is the one the file has, not the one captured with
+/// their first change. With the captured one forced (the guard off),
+/// their `touch -a` is lost.
+#[test]
+fn their_later_atime_survives_the_putting_back_of_their_times() {
+    for guard_off in [false, true] {
+        let sw = UnsafeSwitches {
+            put_back_atime: guard_off,
+            ..UnsafeSwitches::default()
+        };
+        let changes = [
+            (Point::Written, Change::TouchDate),
+            (Point::Judged, Change::TouchAtime),
+        ];
+        let (r, p, _, _tmp) = refresh_with(&changes, sw);
+        assert_eq!(r.outcome, Outcome::Refreshed);
+        assert_eq!(mtime(&p), (1_234_567_890, 1), "their mtime");
         let want = if guard_off { OLD } else { (1_333, 3) };
         assert_eq!(atime(&p), want, "guard off: {guard_off}");
     }

@@ -102,13 +102,15 @@ fn restore_times(
         None => Err("no watch for other processes' attribute changes"),
     };
     let theirs = attrs.as_deref().and_then(|a| a.theirs());
+    #[cfg(test)]
+    crate::engine::test_hooks::at(fd, crate::engine::test_hooks::Point::Judged);
     match (may, theirs) {
-        // Their times, put back over refreshd's own later writes.
+        // Their times, put back over refreshd's own later writes (and
+        // the atime as it is now, where refreshd's reads cannot have
+        // moved it: a later `touch -a` of theirs is seen by no watch).
         (Err(_), Some((atime, mtime))) => {
-            let times = rustix::fs::Timestamps {
-                last_access: atime.to_timespec(),
-                last_modification: mtime.to_timespec(),
-            };
+            let force_atime = cfg.unsafe_switches.put_back_atime();
+            let times = guard::times_to_put_back(fd, atime, mtime, force_atime);
             report.times_left = Some(match rustix::fs::futimens(fd, &times) {
                 Ok(()) => "another process set its times meanwhile: those are kept".into(),
                 Err(e) => format!("another process set its times meanwhile ({e})"),
@@ -117,8 +119,8 @@ fn restore_times(
         (Err(why), None) => report.times_left = Some(format!("times left as they are: {why}")),
         (Ok(()), _) => {
             let m = &o.meta;
-            let atime_is_ours = cfg.unsafe_switches.put_back_atime();
-            let times = guard::own_times_over(fd, m.atime, m.mtime, atime_is_ours);
+            let force_atime = cfg.unsafe_switches.put_back_atime();
+            let times = guard::times_to_put_back(fd, m.atime, m.mtime, force_atime);
             rustix::fs::futimens(fd, &times)?;
             // Ours is one attribute change; another at the same moment
             // may have been overwritten: said so.

@@ -13,7 +13,7 @@ use crate::io::fsid::FsId;
 use crate::io::syscalls::{self, FsKind};
 
 pub use super::meta::{
-    file_kind, meta, own_times_over, privileges_a_write_strips, reopen, FileMeta,
+    file_kind, meta, privileges_a_write_strips, reopen, times_to_put_back, FileMeta,
 };
 pub use super::target::{Identity, Target};
 

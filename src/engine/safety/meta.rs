@@ -79,26 +79,28 @@ pub fn meta(fd: BorrowedFd<'_>) -> io::Result<FileMeta> {
     })
 }
 
-/// The times to put back over refreshd's own change of a file: `mtime`,
-/// and `atime` only where refreshd's reads may have moved it (`fd` opened
-/// without `O_NOATIME`: not the owner, no `CAP_FOWNER`). With it nothing
-/// of refreshd's moves the atime, so one that moved is another process's
-/// — a read, or a `touch -a`, which raises neither watch's events
-/// (`IN_ACCESS` is not watched: every read raises it) and leaves no sign
-/// once a later write of refreshd's covers the ctime — and the atime the
-/// file has now is set again (`atime_is_ours` false: the guard off).
-/// Both times are set, not the mtime alone: that is one `IN_ATTRIB`,
-/// which `AttrWatch::restored` tells from another's `touch -m`; the
-/// mtime alone raises an `IN_MODIFY` that inotify merges with theirs.
-pub fn own_times_over(
+/// The times to put back at the end of an in-place refresh: `mtime`
+/// (the one refreshd took the file with, or another process's), and
+/// `atime` only where refreshd's reads may have moved it (`fd` opened
+/// without `O_NOATIME`: not the owner, no `CAP_FOWNER`) or
+/// `force_atime` (the guard off). With `O_NOATIME` nothing of refreshd's
+/// moves the atime, so one that moved is another process's — a
+/// `touch -a`, which raises neither watch's events (`IN_ACCESS` is not
+/// watched: every read raises it) and leaves no sign once a later write
+/// of refreshd's covers the ctime — and the atime the file has now is
+/// set again. Both times are set, not the mtime alone: that is one
+/// `IN_ATTRIB`, which `AttrWatch::restored` tells from another's
+/// `touch -m`; the mtime alone raises an `IN_MODIFY` that inotify merges
+/// with theirs.
+pub fn times_to_put_back(
     fd: BorrowedFd<'_>,
     atime: Timestamp,
     mtime: Timestamp,
-    atime_is_ours: bool,
+    force_atime: bool,
 ) -> Timestamps {
     let noatime = rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f.contains(OFlags::NOATIME));
     let atime = match rustix::fs::fstat(fd) {
-        Ok(st) if noatime && !atime_is_ours => Timestamp::from_stat(st.st_atime, st.st_atime_nsec),
+        Ok(st) if noatime && !force_atime => Timestamp::from_stat(st.st_atime, st.st_atime_nsec),
         _ => atime,
     };
     Timestamps {

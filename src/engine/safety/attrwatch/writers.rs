@@ -44,7 +44,9 @@ const METADATA_LEN: usize = 24;
 fn without_fanotify(why: &dyn std::fmt::Display) {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        tracing::info!(
+        // A warning: a guard runs on less than it could (the default
+        // level shows it, as it does a refused call).
+        tracing::warn!(
             "not using fanotify ({why}): another process's change of a file's times is \
              told by inotify and the times alone, which miss one made while a write of \
              refreshd's is in flight"

@@ -70,7 +70,8 @@ impl Entry {
 /// What recovery decides for a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// Put the recorded atime and mtime back.
+    /// Put the recorded mtime back (and the atime, where recovery's reads
+    /// could have moved it: see `meta::times_to_put_back`).
     Restore,
     /// Leave the file as it is, for this reason.
     Leave(&'static str),

@@ -21,7 +21,7 @@ pub struct Recovered {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecoveryOutcome {
-    /// The atime and mtime refreshd had moved are back.
+    /// The mtime refreshd had moved is back.
     Restored,
     /// Left as it is (and the record dropped), for this reason.
     Left(String),
@@ -109,7 +109,7 @@ fn recover_one(e: &Entry) -> RecoveryOutcome {
             Verdict::Restore => {
                 let (atime, mtime) = (e.taken.atime, e.taken.mtime);
                 let times =
-                    crate::engine::safety::meta::own_times_over(fd.as_fd(), atime, mtime, false);
+                    crate::engine::safety::meta::times_to_put_back(fd.as_fd(), atime, mtime, false);
                 rustix::fs::futimens(&fd, &times).map_err(|err| {
                     Left(format!("restoring the times: {}", io::Error::from(err)))
                 })?;
