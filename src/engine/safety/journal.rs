@@ -22,8 +22,9 @@
 //!
 //! Recovery ([`recover`]) takes a write lease on the file (so nobody can
 //! change it between the check and the fix) and restores the recorded
-//! mtime (the atime as `meta::times_to_put_back` says) only if the identity matches, the lease was never seen
-//! breaking, and the current (mtime, ctime) are *exactly* the recorded
+//! mtime (the atime as `meta::times_to_put_back` says) only if the
+//! identity matches, the lease was never seen breaking, and the current
+//! (mtime, ctime) are *exactly* the recorded
 //! ones. Why that proves nobody else changed the file: every change by
 //! another process (a write, truncate, chmod, xattr, rename) sets ctime to
 //! the current time, and could only happen after refreshd's lease was gone,
@@ -64,6 +65,7 @@ pub(crate) mod test_switch {
     thread_local! {
         static RESTORE_ALWAYS: Cell<bool> = const { Cell::new(false) };
         static IGNORE_OWNERS: Cell<bool> = const { Cell::new(false) };
+        static PUT_BACK_ATIME: Cell<bool> = const { Cell::new(false) };
     }
 
     pub fn restore_always() -> bool {
@@ -81,5 +83,15 @@ pub(crate) mod test_switch {
 
     pub fn set_ignore_owners(on: bool) {
         IGNORE_OWNERS.with(|c| c.set(on));
+    }
+
+    /// Put the recorded atime back whatever the descriptor (the guard
+    /// off: the engine's `UnsafeSwitches::put_back_atime`).
+    pub fn put_back_atime() -> bool {
+        PUT_BACK_ATIME.with(Cell::get)
+    }
+
+    pub fn set_put_back_atime(on: bool) {
+        PUT_BACK_ATIME.with(|c| c.set(on));
     }
 }

@@ -99,9 +99,14 @@ pub fn times_to_put_back(
     force_atime: bool,
 ) -> Timestamps {
     let noatime = rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f.contains(OFlags::NOATIME));
-    let atime = match rustix::fs::fstat(fd) {
-        Ok(st) if noatime && !force_atime => Timestamp::from_stat(st.st_atime, st.st_atime_nsec),
-        _ => atime,
+    // The atime the file has now, where only another process can have
+    // moved it. If the file cannot be asked (fstat fails on an open
+    // descriptor only on a broken filesystem), the taken one: both times
+    // are still set, as one `IN_ATTRIB`.
+    let now = || rustix::fs::fstat(fd).ok();
+    let atime = match (noatime && !force_atime).then(now).flatten() {
+        Some(st) => Timestamp::from_stat(st.st_atime, st.st_atime_nsec),
+        None => atime,
     };
     Timestamps {
         last_access: atime.to_timespec(),

@@ -11,6 +11,7 @@ use super::owners;
 use super::record::{decide, observe, read_records, Entry, Journal, Verdict};
 #[cfg(test)]
 use super::test_switch;
+use crate::engine::safety::meta::times_to_put_back;
 
 /// What recovery did with one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,8 +109,11 @@ fn recover_one(e: &Entry) -> RecoveryOutcome {
             Verdict::Leave(why) => Err(Left(why.into())),
             Verdict::Restore => {
                 let (atime, mtime) = (e.taken.atime, e.taken.mtime);
-                let times =
-                    crate::engine::safety::meta::times_to_put_back(fd.as_fd(), atime, mtime, false);
+                #[cfg(test)]
+                let force_atime = test_switch::put_back_atime();
+                #[cfg(not(test))]
+                let force_atime = false;
+                let times = times_to_put_back(fd.as_fd(), atime, mtime, force_atime);
                 rustix::fs::futimens(&fd, &times).map_err(|err| {
                     Left(format!("restoring the times: {}", io::Error::from(err)))
                 })?;

@@ -242,20 +242,32 @@ fn a_killed_refresh_is_put_back() {
 
 /// Another process's `touch -a` while our write was in flight (the write
 /// then covered the ctime it moved): the mtime goes back, their atime
-/// stays (refreshd's reads, `O_NOATIME`, cannot have moved it).
+/// stays (refreshd's reads, `O_NOATIME`, cannot have moved it). With the
+/// recorded atime put back whatever the descriptor (the guard off),
+/// theirs is lost.
 #[test]
 fn an_atime_set_before_the_kill_is_kept() {
-    let (_tmp, j, path, rec) = setup_with(|p| {
-        crate::engine::test_hooks::set_times(p, (1_333, 3), (0, rustix::fs::UTIME_OMIT));
-    });
-    std::mem::forget(rec);
-    let j = next_run(j);
-    let r = recover(&j).unwrap();
-    assert_eq!(r[0].outcome, RecoveryOutcome::Restored);
-    assert_eq!(mtime(&path), (1_500_000_000, 123));
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(&path).unwrap();
-    assert_eq!((m.atime(), m.atime_nsec()), (1_333, 3), "their atime");
+    for guard_off in [false, true] {
+        let (_tmp, j, path, rec) = setup_with(|p| {
+            crate::engine::test_hooks::set_times(p, (1_333, 3), (0, rustix::fs::UTIME_OMIT));
+        });
+        std::mem::forget(rec);
+        let j = next_run(j);
+        test_switch::set_put_back_atime(guard_off);
+        let r = recover(&j);
+        test_switch::set_put_back_atime(false);
+        assert_eq!(r.unwrap()[0].outcome, RecoveryOutcome::Restored);
+        assert_eq!(mtime(&path), (1_500_000_000, 123));
+        let m = std::fs::metadata(&path).unwrap();
+        // The atime recorded when refreshd took the file.
+        let want = if guard_off {
+            (1_500_000_000, 123)
+        } else {
+            (1_333, 3)
+        };
+        assert_eq!((m.atime(), m.atime_nsec()), want, "guard off: {guard_off}");
+    }
 }
 
 #[test]
