@@ -6,30 +6,38 @@ The shapes: the testbed's 840evo model (testbed/src/model.rs) and four
 other saturating curves (steeper, softer, later, one levelling off just
 past the floor), three pure powers of age, and one that accelerates
 (exponential in age). Each run ages the data step by step from where it
-first reads 3 % slow to where it reads at half of fresh (36 steps); each
-round reads the stale data and a fresh canary with multiplicative noise
-(sigma per read). The drive is declared degraded as the daemon declares
-it: a round below half of fresh is sampled again at once, and two of the
-last three below is degraded (as tests/forecast.rs does, the re-sample is
-not kept as a round of points; the daemon keeps it). The forecasts made 8 to 16 steps before
-that (6 to 12 days on the testbed's test) are compared with when it
-happened, as tests/forecast.rs does.
+first reads 3 % slow to where it reads at half of fresh; each round reads
+the stale data and a fresh canary with multiplicative noise (sigma per
+read). On the testbed's model that span is about 27 days: STEPS rounds
+over it (default 108) are a round every 6 h, the daemon's default
+`sample_interval`, and 48 rounds kept are its `FIT_WINDOW` of 12 days
+(STEPS=36 is the 18 h step tests/forecast.rs took before, where 16 rounds
+were 12 days). The drive is declared degraded as the daemon declares it:
+a round below half of fresh is sampled again at once, and two of the last
+three below is degraded (as tests/forecast.rs does, the re-sample is not
+kept as a round of points; the daemon keeps it). The forecasts made 6 to
+12 days before that are compared with when it happened, as
+tests/forecast.rs does.
 
 The forecast is the code's: Theil–Sen over (ln age, ln excess) of the kept
 rounds, against the median canary of the kept rounds.
 
-    python3 tools/forecast-sim.py [SIGMA] [ROUNDS_KEPT,...]   # ~1 min per row
+    [STEPS=108] python3 tools/forecast-sim.py [SIGMA] [ROUNDS_KEPT,...]
 
 Prints, per shape, the forecasts' mean error / sd / the share of runs
 whose every forecast is within ±25 % / the share of forecasts withheld
 because the slope's range held 0 (a withheld forecast counts as a miss).
 """
 import math
+import os
 import random
 import statistics as st
 import sys
 
-MIN_EXCESS, RUNS, STEPS = 0.05, 100, 36
+MIN_EXCESS, RUNS = 0.05, int(os.environ.get("RUNS", "100"))
+STEPS = int(os.environ.get("STEPS", "108"))
+# 6 to 12 days of the ~27-day span, in steps.
+JUDGED = (STEPS * 6 / 27, STEPS * 12 / 27)
 
 
 def hill(tau, b, gain, power):
@@ -125,12 +133,12 @@ def run(f, seed, sigma, keep):
     at = age - step / 2
     # No forecast (None) and "not within the horizon" (inf) both miss.
     return [d / (at - a) - 1 if d is not None else None
-            for a, d in said if 8 * step <= at - a < 16 * step]
+            for a, d in said if JUDGED[0] * step <= at - a < JUDGED[1] * step]
 
 
 def main():
     sigma = float(sys.argv[1]) if len(sys.argv) > 1 else 0.01
-    keeps = [int(k) for k in sys.argv[2].split(",")] if len(sys.argv) > 2 else [16, 32]
+    keeps = [int(k) for k in sys.argv[2].split(",")] if len(sys.argv) > 2 else [48]
     print(f"sigma {sigma}: mean error / sd / runs with every forecast within ±25 %"
           " / forecasts withheld (the slope's range held 0)")
     for keep in keeps:

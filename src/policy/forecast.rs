@@ -18,9 +18,9 @@
 //! (excess ≥ [`MIN_EXCESS`]: below that, a round's noise is as large) is
 //! a point (its bytes' mean age, its excess). One round with data of two
 //! ages is enough; a drive whose data is all one age gets its second
-//! point from a later round, as the data ages. The last [`ROUNDS_KEPT`]
-//! rounds are kept (in memory: after a restart the forecast waits for
-//! them again).
+//! point from a later round, as the data ages. The rounds of the last
+//! [`FIT_WINDOW`] are kept (in memory: after a restart the forecast waits
+//! for them again).
 //!
 //! **The forecast.** Every bucket's data ages with the clock: after Δ, a
 //! bucket of mean age `a` reads at `fresh / (1 + c·(a+Δ)^k)`; the buckets
@@ -65,16 +65,29 @@ pub use refreshd_protocol::forecast::{Forecast, HORIZON_DAYS};
 
 /// Below this excess a bucket reads as fresh, within a round's noise.
 pub const MIN_EXCESS: f64 = 0.05;
-/// Rounds of points kept per drive. More rounds average more noise away
-/// and let an old slope, or an old bad round, linger. 32 looked better in
-/// `tools/forecast-sim.py` (nine decay shapes, independent noise per
-/// read: runs with every forecast within ±25 %, 75 % against 73 % at 1 %
-/// noise, 57 % against 48 % at 2 %) and on the testbed on a quiet machine
-/// (six runs of six within ±25 %, against four of five with 16); under
-/// `stress-ng` its forecasts came late (+112 % in one suite of one, where
-/// 16 passed five of five): rounds read on a loaded host are not the
-/// simulation's independent noise, and 32 keeps them twice as long.
-pub const ROUNDS_KEPT: usize = 16;
+/// The rounds kept per drive: those of the last 12 days. More rounds
+/// average more noise away, and let an old slope, or an old bad round,
+/// linger. A span of time, not a count: the daemon samples every
+/// `sample_interval` (6 h by default), re-samples a suspect drive within
+/// a sixth of it, and `refreshctl now` adds rounds at will, so a count
+/// would be a different span of the data's life on every host. Judged in
+/// `tools/forecast-sim.py` at the daemon's default cadence (nine decay
+/// shapes, independent noise per read; the share of runs with every
+/// forecast 6–12 days ahead within ±25 %, at 1 % / 2 % noise): the last
+/// 16 rounds (4 days) 0.46 / 0.02, 8 days 0.77 / 0.61, 12 days 0.76 /
+/// 0.66, 16 days 0.76 / 0.62, 24 days 0.77 / 0.63 (longer windows turn
+/// late on the powers of age: +17 % on power-6 at 24 days; on the
+/// testbed beside `stress-ng`, 24 days, then 32 rounds of the test's 18 h,
+/// came +112 % late in one suite). The test on
+/// the testbed (`tests/forecast.rs`) samples at the same cadence. Before
+/// this was a span, 16 rounds were kept: 12 days at the test's old step
+/// of 18 h, 4 days at the daemon's cadence.
+pub const FIT_WINDOW: Duration = Duration::from_secs(12 * 86_400);
+/// At most this many rounds, whatever their times (`refreshctl now` in a
+/// loop): the newest are kept. 12 days at 6 h are 48, and a suspect
+/// drive's re-samples add a few; the fit's pairs grow as the square (128
+/// rounds of 11 age buckets: about a million slopes to sort).
+pub const MAX_ROUNDS: usize = 128;
 /// Two points tell a slope when their ages differ by this factor.
 pub const MIN_AGE_SPREAD: f64 = 1.02;
 
@@ -85,10 +98,11 @@ pub struct AgePoint {
     pub excess: f64,
 }
 
-/// What one round read: its canary, and each bucket's mean age (months)
-/// and median throughput.
+/// What one round read: when (Unix seconds), its canary, and each
+/// bucket's mean age (months) and median throughput.
 #[derive(Debug, Clone)]
 struct Round {
+    at: i64,
     fresh_bps: f64,
     buckets: Vec<(f64, f64)>,
 }
@@ -123,20 +137,30 @@ fn point(months: f64, bps: f64, fresh_bps: f64) -> Option<AgePoint> {
 }
 
 impl History {
-    /// Keeps a round: its buckets' ages and throughputs, its canary.
-    pub fn add(&mut self, sample: &DriveSample, fresh_bps: f64) {
+    /// Keeps a round taken at `at` (Unix seconds): its buckets' ages and
+    /// throughputs, its canary.
+    pub fn add(&mut self, sample: &DriveSample, fresh_bps: f64, at: i64) {
         let buckets = sample
             .buckets
             .iter()
             .filter_map(|b| Some((b.mean_months?, b.measured.median_bps()?)))
             .collect();
-        self.add_readings(fresh_bps, buckets);
+        self.add_readings(fresh_bps, buckets, at);
     }
 
-    /// Keeps a round given as (months, bytes/s) per bucket.
-    pub fn add_readings(&mut self, fresh_bps: f64, buckets: Vec<(f64, f64)>) {
-        self.rounds.push_back(Round { fresh_bps, buckets });
-        while self.rounds.len() > ROUNDS_KEPT {
+    /// Keeps a round given as (months, bytes/s) per bucket, taken at
+    /// `at`; drops the rounds older than [`FIT_WINDOW`] before it. Rounds
+    /// dated after it are dropped too: the clock stepped back, and their
+    /// ages were counted on a clock that no longer holds.
+    pub fn add_readings(&mut self, fresh_bps: f64, buckets: Vec<(f64, f64)>, at: i64) {
+        let oldest = at.saturating_sub(FIT_WINDOW.as_secs() as i64);
+        self.rounds.retain(|r| (oldest..=at).contains(&r.at));
+        self.rounds.push_back(Round {
+            at,
+            fresh_bps,
+            buckets,
+        });
+        while self.rounds.len() > MAX_ROUNDS {
             self.rounds.pop_front();
         }
     }

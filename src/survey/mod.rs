@@ -149,7 +149,7 @@ fn one_round_forecast(
 ) -> Option<policy::forecast::Forecast> {
     let fresh = j.fresh_bps.filter(|_| j.slow.is_none())?;
     let mut history = policy::forecast::History::default();
-    history.add(sample, fresh);
+    history.add(sample, fresh, crate::inventory::now_secs());
     policy::forecast::forecast(&history, sample, j, opts.stale_after, opts.thresholds)
 }
 

@@ -67,7 +67,7 @@ pub(super) fn sample(
             let forecast = match verification {
                 // The rewritten files alone are not the drive's mix.
                 Some(_) => st.last_sample.as_ref().and_then(|r| r.forecast),
-                None => look_ahead(&mut st.ages, &sample, &j, s),
+                None => look_ahead(&mut st.ages, &sample, &j, s, now),
             };
             shared.metrics.forecast(&cell.label, forecast.as_ref());
             st.last_sample = Some(SampleRecord {
@@ -94,16 +94,17 @@ pub(super) fn sample(
     }
 }
 
-/// Adds the round's age-vs-speed points to the drive's history and
-/// forecasts when its stale data will cross a floor.
+/// Adds the round's age-vs-speed points (taken `now`) to the drive's
+/// history and forecasts when its stale data will cross a floor.
 fn look_ahead(
     ages: &mut forecast::History,
     sample: &sampler::DriveSample,
     j: &policy::Judgement,
     s: &Settings,
+    now: i64,
 ) -> Option<forecast::Forecast> {
     let fresh = j.fresh_bps.filter(|_| j.slow.is_none())?;
-    ages.add(sample, fresh);
+    ages.add(sample, fresh, now);
     let th = Thresholds {
         min_throughput: s.min_throughput,
         min_ratio: s.min_ratio,

@@ -113,21 +113,53 @@ fn the_throughput_floor_counts_too() {
     assert!((s / want - 1.0).abs() < 0.001, "{s} vs {want}");
 }
 
+/// When a round of data all written at the epoch sees it `months` old.
+fn at(months: f64) -> i64 {
+    (months * MONTH).round() as i64
+}
+
 /// A round of data of `months` reading as `law` says, its canary
 /// reading `fresh`.
 fn round_at(h: &mut History, months: f64, fresh: f64) {
-    h.add_readings(fresh, vec![(months, FRESH / (1.0 + law(months)))]);
+    h.add_readings(
+        fresh,
+        vec![(months, FRESH / (1.0 + law(months)))],
+        at(months),
+    );
 }
 
+/// The rounds of the last [`FIT_WINDOW`] are kept, however many: six
+/// hours apart (the daemon's default interval) over 20 days, the last 12
+/// days' 49 rounds. A round dated before the newest (the clock stepped
+/// back) drops every round dated after it.
 #[test]
-fn history_keeps_the_last_rounds() {
+fn history_keeps_the_rounds_of_the_window() {
+    let six_hours = 6.0 * 3600.0 / MONTH;
     let mut h = History::default();
-    for i in 0..(ROUNDS_KEPT + 3) {
-        round_at(&mut h, 1.0 + i as f64 * 0.01, FRESH);
+    for i in 0..80 {
+        round_at(&mut h, 1.0 + i as f64 * six_hours, FRESH);
     }
     let p = h.points();
-    assert_eq!(p.len(), ROUNDS_KEPT);
-    assert!((p[0].months - 1.03).abs() < 1e-9);
+    assert_eq!(p.len(), 49, "12 days of rounds 6 h apart, both ends");
+    let first = 1.0 + 31.0 * six_hours;
+    assert!((p[0].months - first).abs() < 1e-9, "{:?}", p[0]);
+    // The clock steps back a day: the rounds of the last day go.
+    round_at(&mut h, 1.0 + 75.0 * six_hours, FRESH);
+    let p = h.points();
+    assert_eq!(p.len(), 46, "45 kept and the new one: {p:?}");
+    assert!((p[45].months - (1.0 + 75.0 * six_hours)).abs() < 1e-9);
+}
+
+/// `refreshctl now` in a loop: rounds a second apart are all in the
+/// window, and no more than [`MAX_ROUNDS`] are kept.
+#[test]
+fn history_is_bounded_however_fast_rounds_come() {
+    let mut h = History::default();
+    for i in 0..(MAX_ROUNDS + 10) {
+        let m = 1.0 + i as f64 / MONTH;
+        h.add_readings(FRESH, vec![(m, FRESH / (1.0 + law(m)))], at(1.0) + i as i64);
+    }
+    assert_eq!(h.points().len(), MAX_ROUNDS);
 }
 
 #[test]
@@ -138,7 +170,7 @@ fn the_fresh_reference_is_the_median_canary_of_the_rounds() {
     // Canaries at ±10 % around the drive's speed, one at a quarter of it
     // (a round read beside a busy application).
     for (i, f) in [1.1, 0.9, 1.0, 0.25, 1.05].iter().enumerate() {
-        round_at(&mut h, 1.0 + i as f64 * 0.1, FRESH * f);
+        round_at(&mut h, 1.0 + i as f64 * 0.05, FRESH * f);
     }
     assert_eq!(h.fresh_bps(), Some(FRESH));
     // Every point is measured against it: the fit finds the law exactly,
@@ -151,7 +183,7 @@ fn the_fresh_reference_is_the_median_canary_of_the_rounds() {
         .iter()
         .enumerate()
         .filter_map(|(i, f)| {
-            let m = 1.0 + i as f64 * 0.1;
+            let m = 1.0 + i as f64 * 0.05;
             point(m, FRESH / (1.0 + law(m)), FRESH * f)
         })
         .collect();
@@ -188,7 +220,8 @@ fn history_of(excess: impl Fn(usize) -> f64) -> (History, DriveSample) {
     let mut h = History::default();
     let months = |i: usize| 1.0 + i as f64 * 0.02;
     for i in 0..16 {
-        h.add_readings(FRESH, vec![(months(i), FRESH / (1.0 + excess(i)))]);
+        let m = months(i);
+        h.add_readings(FRESH, vec![(m, FRESH / (1.0 + excess(i)))], at(m));
     }
     (h, sample_of(months(15)))
 }
@@ -255,6 +288,7 @@ fn a_drive_below_its_floors_now_is_said_so_whatever_the_slopes() {
     h.add_readings(
         FRESH,
         ages.iter().map(|&(m, e)| (m, FRESH / (1.0 + e))).collect(),
+        at(1.5),
     );
     let t = trend(&h.points()).unwrap();
     assert!(t.k_range.0 <= 0.0 && t.k_range.1 > 0.0, "{t:?}");
@@ -312,6 +346,7 @@ fn two_points_warn_but_never_reassure() {
         h.add_readings(
             FRESH,
             vec![(1.0, FRESH / 1.3), (1.5, FRESH / (1.0 + older_excess))],
+            at(1.0),
         );
         let mut s = sample_of(1.0);
         s.buckets.push(sample_of(1.5).buckets.remove(0));
@@ -329,7 +364,7 @@ fn two_points_warn_but_never_reassure() {
 fn one_pair_of_three_points_never_reassures() {
     let mut h = History::default();
     for (months, excess) in [(0.800, 0.4), (0.810, 0.35), (0.820, 0.3)] {
-        h.add_readings(FRESH, vec![(months, FRESH / (1.0 + excess))]);
+        h.add_readings(FRESH, vec![(months, FRESH / (1.0 + excess))], at(months));
     }
     let t = trend(&h.points()).unwrap();
     assert_eq!(t.k_range.1, f64::INFINITY, "{t:?}");
