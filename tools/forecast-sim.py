@@ -8,11 +8,11 @@ past the floor), three pure powers of age, and one that accelerates
 (exponential in age). Each run ages the data step by step from where it
 first reads 3 % slow to where it reads at half of fresh; each round reads
 the stale data and a fresh canary with multiplicative noise (sigma per
-read). On the testbed's model that span is about 27 days: STEPS rounds
-over it (default 108) are a round every 6 h, the daemon's default
+read). On the testbed's model that span is 24.5 days: STEPS rounds over
+it (default 98) are a round every 6 h, the daemon's default
 `sample_interval`, and 48 rounds kept are its `FIT_WINDOW` of 12 days
-(STEPS=36 is the 18 h step tests/forecast.rs took before, where 16 rounds
-were 12 days). The drive is declared degraded as the daemon declares it:
+(STEPS=32 is about the 18 h step tests/forecast.rs took before, where 16
+rounds were 12 days). Every shape's span is taken as the same 24.5 days. The drive is declared degraded as the daemon declares it:
 a round below half of fresh is sampled again at once, and two of the last
 three below is degraded (as tests/forecast.rs does, the re-sample is not
 kept as a round of points; the daemon keeps it). The forecasts made 6 to
@@ -22,7 +22,7 @@ tests/forecast.rs does.
 The forecast is the code's: Theil–Sen over (ln age, ln excess) of the kept
 rounds, against the median canary of the kept rounds.
 
-    [STEPS=108] python3 tools/forecast-sim.py [SIGMA] [ROUNDS_KEPT,...]
+    [STEPS=98] python3 tools/forecast-sim.py [SIGMA] [ROUNDS_KEPT,...]
 
 Prints, per shape, the forecasts' mean error / sd / the share of runs
 whose every forecast is within ±25 % / the share of forecasts withheld
@@ -35,9 +35,9 @@ import statistics as st
 import sys
 
 MIN_EXCESS, RUNS = 0.05, int(os.environ.get("RUNS", "100"))
-STEPS = int(os.environ.get("STEPS", "108"))
-# 6 to 12 days of the ~27-day span, in steps.
-JUDGED = (STEPS * 6 / 27, STEPS * 12 / 27)
+STEPS = int(os.environ.get("STEPS", "98"))
+# 6 to 12 days of the 24.5-day span, in steps.
+JUDGED = (STEPS * 6 / 24.5, STEPS * 12 / 24.5)
 
 
 def hill(tau, b, gain, power):

@@ -56,8 +56,11 @@ pub use record::{
 };
 pub use recover::{recover, Recovered, RecoveryOutcome};
 
-/// Test-only: restore every record, whatever happened to the file since,
-/// so a test can show what the exact-match rule protects.
+/// Test-only switches, each turning one guard of recovery off so a test
+/// can show what it protects: restore every record whatever happened to
+/// the file since (the exact-match rule), recover every owner's records
+/// (the owners' locks), put the recorded atime back whatever the
+/// descriptor (`meta::times_to_put_back`).
 #[cfg(test)]
 pub(crate) mod test_switch {
     use std::cell::Cell;

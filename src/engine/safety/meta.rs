@@ -103,8 +103,12 @@ pub fn times_to_put_back(
     // moved it. If the file cannot be asked (fstat fails on an open
     // descriptor only on a broken filesystem), the taken one: both times
     // are still set, as one `IN_ATTRIB`.
-    let now = || rustix::fs::fstat(fd).ok();
-    let atime = match (noatime && !force_atime).then(now).flatten() {
+    let file_now = if noatime && !force_atime {
+        rustix::fs::fstat(fd).ok()
+    } else {
+        None
+    };
+    let atime = match file_now {
         Some(st) => Timestamp::from_stat(st.st_atime, st.st_atime_nsec),
         None => atime,
     };

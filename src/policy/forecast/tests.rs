@@ -130,36 +130,45 @@ fn round_at(h: &mut History, months: f64, fresh: f64) {
 
 /// The rounds of the last [`FIT_WINDOW`] are kept, however many: six
 /// hours apart (the daemon's default interval) over 20 days, the last 12
-/// days' 49 rounds. A round dated before the newest (the clock stepped
-/// back) drops every round dated after it.
+/// days' 48 rounds. A round dated a day before the newest (the clock
+/// stepped back) drops every round dated after it; one an hour before (an
+/// NTP step) drops none.
 #[test]
 fn history_keeps_the_rounds_of_the_window() {
     let six_hours = 6.0 * 3600.0 / MONTH;
+    let months = |i: f64| 1.0 + i * six_hours;
     let mut h = History::default();
     for i in 0..80 {
-        round_at(&mut h, 1.0 + i as f64 * six_hours, FRESH);
+        round_at(&mut h, months(i as f64), FRESH);
     }
     let p = h.points();
-    assert_eq!(p.len(), 49, "12 days of rounds 6 h apart, both ends");
-    let first = 1.0 + 31.0 * six_hours;
-    assert!((p[0].months - first).abs() < 1e-9, "{:?}", p[0]);
-    // The clock steps back a day: the rounds of the last day go.
-    round_at(&mut h, 1.0 + 75.0 * six_hours, FRESH);
+    assert_eq!(p.len(), 48, "12 days of rounds 6 h apart");
+    assert!((p[0].months - months(32.0)).abs() < 1e-9, "{:?}", p[0]);
+    // Set back an hour: nothing goes.
+    round_at(&mut h, months(79.0) - 3600.0 / MONTH, FRESH);
+    assert_eq!(h.points().len(), 49, "an hour back keeps every round");
+    // Set back a day: the rounds of the last day go.
+    round_at(&mut h, months(75.0), FRESH);
     let p = h.points();
-    assert_eq!(p.len(), 46, "45 kept and the new one: {p:?}");
-    assert!((p[45].months - (1.0 + 75.0 * six_hours)).abs() < 1e-9);
+    assert_eq!(p.len(), 45, "rounds 32 to 75 and the new one: {p:?}");
+    assert!((p[44].months - months(75.0)).abs() < 1e-9);
 }
 
 /// `refreshctl now` in a loop: rounds a second apart are all in the
-/// window, and no more than [`MAX_ROUNDS`] are kept.
+/// window, and no more than [`MAX_ROUNDS`] are kept, the newest.
 #[test]
 fn history_is_bounded_however_fast_rounds_come() {
     let mut h = History::default();
-    for i in 0..(MAX_ROUNDS + 10) {
-        let m = 1.0 + i as f64 / MONTH;
+    let n = MAX_ROUNDS + 10;
+    let months = |i: usize| 1.0 + i as f64 / MONTH;
+    for i in 0..n {
+        let m = months(i);
         h.add_readings(FRESH, vec![(m, FRESH / (1.0 + law(m)))], at(1.0) + i as i64);
     }
-    assert_eq!(h.points().len(), MAX_ROUNDS);
+    let p = h.points();
+    assert_eq!(p.len(), MAX_ROUNDS);
+    assert!((p[0].months - months(10)).abs() < 1e-12, "{:?}", p[0]);
+    assert!((p[MAX_ROUNDS - 1].months - months(n - 1)).abs() < 1e-12);
 }
 
 #[test]
