@@ -51,10 +51,12 @@
 //! forecast early (−12 % on the testbed's model, −39 % on one levelling
 //! off just past the floor) — a warning that comes too soon; one that
 //! accelerates faster than any power of age is forecast late (+68 % on
-//! the exponential): the one shape where the warning comes too late. Fits with curvature (a
-//! quadratic in log–log, in a variant of that simulation) removed the
-//! early bias but tripled the spread (sd 0.21–0.29 against 0.07–0.08):
-//! fewer runs within ±25 % on every shape but the exponential.
+//! the exponential): the one shape where the warning comes too late.
+//! Fits with curvature (a quadratic in log–log, in a variant of that
+//! simulation at the old 18 h step; the slope's trend carried to the
+//! present, at 6 h) removed most of the early bias but widened the
+//! spread: fewer runs within ±25 % at 1–2 % noise per read
+//! (docs/DESIGN.md, "Forecast").
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -80,10 +82,10 @@ pub const MIN_EXCESS: f64 = 0.05;
 /// power-6 at 24 days; on the testbed beside `stress-ng`, 24 days, then
 /// 32 rounds of the test's 18 h, came +112 % late in one suite), and on
 /// the one shape forecast late, the exponential, later still (+31 % at 4
-/// days, +68 % at 12, at 1 % noise). The test on
-/// the testbed (`tests/forecast.rs`) samples at the same cadence. Before
-/// this was a span, 16 rounds were kept: 12 days at the test's old step
-/// of 18 h, 4 days at the daemon's cadence.
+/// days, +68 % at 12, at 1 % noise). The test on the testbed
+/// (`tests/forecast.rs`) samples at the same cadence. Before this was a
+/// span, 16 rounds were kept: 12 days at the test's old step of 18 h, 4
+/// days at the daemon's cadence.
 pub const FIT_WINDOW: Duration = Duration::from_secs(12 * 86_400);
 /// At most this many rounds, whatever their times (`refreshctl now` in a
 /// loop): the newest are kept. 12 days at 6 h are 48, and a suspect
