@@ -22,7 +22,8 @@
 //!
 //! Recovery ([`recover`]) takes a write lease on the file (so nobody can
 //! change it between the check and the fix) and restores the recorded
-//! mtime (the atime as `meta::times_to_put_back` says) only if the
+//! mtime (the atime as `meta::times_to_put_back` says, and the recorded
+//! one where the record says the run's reads could move it) only if the
 //! identity matches, the lease was never seen breaking, and the current
 //! (mtime, ctime) are *exactly* the recorded
 //! ones. Why that proves nobody else changed the file: every change by

@@ -98,7 +98,7 @@ pub fn times_to_put_back(
     mtime: Timestamp,
     force_atime: bool,
 ) -> Timestamps {
-    let noatime = rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f.contains(OFlags::NOATIME));
+    let noatime = !reads_move_atime(fd);
     // The atime the file has now, where only another process can have
     // moved it. If the file cannot be asked (fstat fails on an open
     // descriptor only on a broken filesystem), the taken one: both times
@@ -116,6 +116,15 @@ pub fn times_to_put_back(
         last_access: atime.to_timespec(),
         last_modification: mtime.to_timespec(),
     }
+}
+
+/// Whether reads through `fd` move the file's atime: opened without
+/// `O_NOATIME` (not the owner, no `CAP_FOWNER`: `reopen` falls back), or
+/// its flags unreadable. Recorded in the crash-recovery record, so that
+/// recovery, whose own descriptor may hold `O_NOATIME`, knows the atime
+/// may be refreshd's.
+pub fn reads_move_atime(fd: BorrowedFd<'_>) -> bool {
+    !rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f.contains(OFlags::NOATIME))
 }
 
 /// Opens the very inode an `O_PATH` descriptor names (through

@@ -266,5 +266,38 @@ fn begin_record(j: &journal::Journal, fd: BorrowedFd<'_>) -> io::Result<Record> 
         left_ctime: taken.ctime,
         lease_broken: false,
         changed_by_another: false,
+        reads_moved_atime: crate::engine::safety::meta::reads_move_atime(fd),
     })
+}
+
+#[cfg(test)]
+mod record_tests {
+    #![allow(clippy::unwrap_used)]
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    /// The record says whether the run's reads could move the atime: its
+    /// descriptor without `O_NOATIME` (as `reopen` falls back for a file
+    /// neither owned nor covered by `CAP_FOWNER`), or with it.
+    #[test]
+    fn the_record_says_whether_our_reads_move_the_atime() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("f");
+        std::fs::write(&path, [1u8; 4096]).unwrap();
+        let j = super::journal::Journal::open(&tmp.path().join("state")).unwrap();
+        for (flags, moves) in [(0, true), (libc::O_NOATIME, false)] {
+            let f = std::fs::File::options()
+                .read(true)
+                .write(true)
+                .custom_flags(flags)
+                .open(&path)
+                .unwrap();
+            let rec = super::begin_record(&j, f.as_fd()).unwrap();
+            let entries = j.entries().unwrap();
+            assert_eq!(entries.len(), 1);
+            let e = entries[0].1.as_ref().unwrap();
+            assert_eq!(e.reads_moved_atime, moves, "flags {flags:#o}");
+            rec.finish().unwrap();
+        }
+    }
 }

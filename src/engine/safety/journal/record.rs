@@ -55,6 +55,13 @@ pub struct Entry {
     /// are its own now, never to be put back.
     #[serde(default)]
     pub changed_by_another: bool,
+    /// The refresh read without `O_NOATIME` (not the owner, no
+    /// `CAP_FOWNER`): its reads may have moved the atime, so recovery
+    /// puts the taken one back even where its own descriptor could not
+    /// have moved it. Absent in older records (the field is optional, the
+    /// format version unchanged): false, as they were recovered before.
+    #[serde(default)]
+    pub reads_moved_atime: bool,
 }
 
 impl Entry {
@@ -310,6 +317,7 @@ impl From<v1::Entry> for Entry {
             left_ctime: Timestamp::from_nanos(e.left_ctime_ns),
             lease_broken: e.lease_broken,
             changed_by_another: false,
+            reads_moved_atime: false,
         }
     }
 }

@@ -109,10 +109,13 @@ fn recover_one(e: &Entry) -> RecoveryOutcome {
             Verdict::Leave(why) => Err(Left(why.into())),
             Verdict::Restore => {
                 let (atime, mtime) = (e.taken.atime, e.taken.mtime);
+                // The crashed run's reads may have moved the atime
+                // (recorded): the taken one goes back, whatever recovery's
+                // own descriptor could have done.
                 #[cfg(test)]
-                let force_atime = test_switch::put_back_atime();
+                let force_atime = e.reads_moved_atime || test_switch::put_back_atime();
                 #[cfg(not(test))]
-                let force_atime = false;
+                let force_atime = e.reads_moved_atime;
                 let times = times_to_put_back(fd.as_fd(), atime, mtime, force_atime);
                 rustix::fs::futimens(&fd, &times).map_err(|err| {
                     Left(format!("restoring the times: {}", io::Error::from(err)))

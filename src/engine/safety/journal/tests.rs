@@ -48,6 +48,7 @@ fn entry() -> Entry {
         left_ctime: t(200),
         lease_broken: false,
         changed_by_another: false,
+        reads_moved_atime: false,
     }
 }
 
@@ -165,6 +166,15 @@ fn setup() -> (tempfile::TempDir, Journal, PathBuf, Record) {
 
 /// [`setup`], with `meanwhile` run right before our write.
 fn setup_with(meanwhile: impl FnOnce(&Path)) -> (tempfile::TempDir, Journal, PathBuf, Record) {
+    setup_recorded(false, meanwhile)
+}
+
+/// [`setup_with`], the record saying whether the run's reads could move
+/// the atime (it read without `O_NOATIME`).
+fn setup_recorded(
+    reads_moved_atime: bool,
+    meanwhile: impl FnOnce(&Path),
+) -> (tempfile::TempDir, Journal, PathBuf, Record) {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("f");
     std::fs::write(&path, vec![7u8; 8192]).unwrap();
@@ -194,6 +204,7 @@ fn setup_with(meanwhile: impl FnOnce(&Path)) -> (tempfile::TempDir, Journal, Pat
             left_ctime: taken.ctime,
             lease_broken: false,
             changed_by_another: false,
+            reads_moved_atime,
         })
         .unwrap();
     meanwhile(&path);
@@ -268,6 +279,51 @@ fn an_atime_set_before_the_kill_is_kept() {
         };
         assert_eq!((m.atime(), m.atime_nsec()), want, "guard off: {guard_off}");
     }
+}
+
+/// A run without `O_NOATIME` (not the owner, no `CAP_FOWNER`) whose
+/// reads moved the atime, killed, and recovered by a run whose own
+/// descriptor holds `O_NOATIME`: the record says the atime may be the
+/// killed run's, and the taken one goes back. A record without that word
+/// (as before the field) leaves the atime the killed run's reads set.
+#[test]
+fn an_atime_the_killed_runs_reads_moved_goes_back() {
+    use std::os::unix::fs::MetadataExt;
+    for recorded in [true, false] {
+        // The killed run's read moved the atime (set here as a read
+        // would; our write after it covers the ctime the setting moved).
+        let (_tmp, j, path, rec) = setup_recorded(recorded, |p| {
+            crate::engine::test_hooks::set_times(p, (1_777, 7), (0, rustix::fs::UTIME_OMIT));
+        });
+        std::mem::forget(rec);
+        let j = next_run(j);
+        let r = recover(&j).unwrap();
+        assert_eq!(r[0].outcome, RecoveryOutcome::Restored);
+        assert_eq!(mtime(&path), (1_500_000_000, 123));
+        let m = std::fs::metadata(&path).unwrap();
+        let want = if recorded {
+            (1_500_000_000, 123)
+        } else {
+            (1_777, 7)
+        };
+        assert_eq!((m.atime(), m.atime_nsec()), want, "recorded: {recorded}");
+    }
+}
+
+/// The field is optional: a record written before it reads as "reads
+/// could not move the atime", and one with it round-trips.
+#[test]
+fn a_record_without_the_atime_word_reads_as_before() {
+    let mut e = entry();
+    e.reads_moved_atime = true;
+    assert_eq!(decode(&encode(&e)).unwrap(), e);
+    e.reads_moved_atime = false;
+    let encoded = String::from_utf8(encode(&e)).unwrap();
+    let json = encoded.lines().next().unwrap();
+    let older = json.replace(",\"reads_moved_atime\":false", "");
+    assert_ne!(older, json, "the field was in the record");
+    let rec = format!("{older}\n{:016x}\n", xxh3_64(older.as_bytes()));
+    assert_eq!(decode(rec.as_bytes()).unwrap(), e);
 }
 
 #[test]
