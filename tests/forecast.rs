@@ -150,11 +150,18 @@ fn privileged_the_forecast_says_when_the_drive_degrades() {
                 let fresh = j.fresh_bps.expect("a canary on the testbed");
                 history.add(&sample, fresh, started + steps * step().as_secs() as i64);
                 let f = forecast::forecast(&history, &sample, &j, s.stale_after, th);
+                // The canary and the emulator's overruns so far: a host
+                // too loaded to serve the model shows here.
+                let st = d.stats();
                 eprintln!(
-                    "age {age:.3} months: ratio {:?}, {}, forecast {:?}",
+                    "age {age:.3} months: ratio {:?}, fresh {:.1} MB/s, {}, forecast {:?} \
+                     (testbed overruns {}, {} ms)",
                     j.ratio,
+                    fresh / 1e6,
                     state.name(),
-                    f.map(|f| (f.words(), f.basis()))
+                    f.map(|f| (f.words(), f.basis())),
+                    st.overruns,
+                    st.overrun_us / 1000
                 );
                 said.push((age, f.and_then(|f| f.seconds_until_degraded)));
             }
@@ -233,14 +240,10 @@ fn privileged_the_daemon_shows_its_forecast() {
     shift_mtimes(&old, 1.35);
     shift_mtimes(&new, 0.95);
     let port = free_port();
-    let cfg = config(
-        tmp.path(),
-        &tree,
-        port,
-        // A floor low enough that a canary read slowly beside another
-        // test never makes the drive "slow" (no forecast then).
-        "min_free = \"64MiB\"\nsample_bytes = \"64MiB\"\nmin_throughput = \"1MiB/s\"\n",
-    );
+    // A floor low enough that a canary read slowly beside another test
+    // never makes the drive "slow" (no forecast then).
+    let settings = "min_free = \"64MiB\"\nsample_bytes = \"64MiB\"\nmin_throughput = \"1MiB/s\"\n";
+    let cfg = config(tmp.path(), &tree, port, settings);
     let daemon = Daemon::start(tmp.path(), &cfg, port);
     // On a timeout the drive's own counters go with the status and log:
     // the mean request size and the ages of its blocks tell a canary read
@@ -254,9 +257,11 @@ fn privileged_the_daemon_shows_its_forecast() {
             .is_some_and(|s| s > 0.0 && s < 120.0 * 86_400.0)
     };
     while !dated(&daemon.status()) {
+        // A round on a loaded host can read its younger bucket as fast
+        // as fresh (no point, no slope yet): up to 3 min, rounds every 2 s.
         assert!(
-            t.elapsed() < std::time::Duration::from_secs(60),
-            "no forecast within 120 days in 60 s\nstatus: {:#}\ndrive: {:?}\nlog:\n{}",
+            t.elapsed() < std::time::Duration::from_secs(180),
+            "no forecast within 120 days in 180 s\nstatus: {:#}\ndrive: {:?}\nlog:\n{}",
             daemon.status(),
             d.stats(),
             daemon.log()
@@ -288,4 +293,40 @@ fn privileged_the_daemon_shows_its_forecast() {
     )
     .unwrap();
     assert!((exported / secs - 1.0).abs() < 1e-6, "{exported} vs {secs}");
+    // Restarted with one round an hour: its first forecast is the one of
+    // the round it samples on starting.
+    daemon.wait_for("a forecast on 5 points (3 rounds)", 120, |d| {
+        forecast_points(&d.status()).is_some_and(|p| p >= 5)
+    });
+    drop(daemon); // killed
+    let hourly = format!("{settings}sample_interval = \"1h\"\n");
+    let cfg = config(tmp.path(), &tree, port, &hourly);
+    a_restart_keeps_the_rounds(Daemon::start(tmp.path(), &cfg, port));
+}
+
+/// The forecast's points (age buckets × rounds) in the last round's
+/// forecast, if it has one.
+fn forecast_points(st: &serde_json::Value) -> Option<u64> {
+    st["last_sample"]["forecast"]["points"].as_u64()
+}
+
+/// A restart (an upgrade, a reboot) keeps the drive's rounds: the first
+/// forecast of the new daemon (`daemon`, sampling once on starting) rests
+/// on more points than one round gives (two buckets: at most two), the
+/// rounds of the daemon before it.
+fn a_restart_keeps_the_rounds(daemon: crate::daemon_harness::Daemon) {
+    let mut points = None;
+    daemon.wait_for("a forecast from a round after the restart", 120, |d| {
+        let st = d.status();
+        points = forecast_points(&st);
+        points.is_some()
+    });
+    let points = points.unwrap();
+    assert!(
+        points > 2,
+        "the first forecast after a restart rests on {points} points: the rounds before it \
+         are lost\nstatus: {:#}\nlog:\n{}",
+        daemon.status(),
+        daemon.log()
+    );
 }

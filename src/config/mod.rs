@@ -38,8 +38,9 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/refreshd";
 table! {
     /// The validated configuration.
     pub struct Config in "" {
-        /// SQLite state (inventory, samples, checkpoints) and the crash
-        /// journal. One daemon per state directory.
+        /// SQLite state (inventory, drive baselines and forecast rounds,
+        /// checkpoints) and the crash journal. One daemon per state
+        /// directory.
         state_dir: PathBuf = DEFAULT_STATE_DIR.into(), key "state_dir", read readers::abs_path;
         /// Control socket for refreshctl (mode 0600 in a root-owned
         /// runtime directory).

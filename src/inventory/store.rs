@@ -1,7 +1,8 @@
 //! SQLite state: files and directories, scanned incrementally, and
 //! checkpoints and drive baselines. The schema and its migrations are in
 //! `migrate`; applying a walk (short transactions) in `apply`;
-//! checkpoints and baselines in `checkpoints`.
+//! checkpoints and baselines in `checkpoints`; the drives' forecast
+//! rounds in `forecast`.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -20,6 +21,7 @@ use crate::io::fsid::FsId;
 mod apply;
 mod checkpoints;
 mod error;
+pub mod forecast;
 mod group;
 pub mod migrate;
 mod turns;

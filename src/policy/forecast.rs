@@ -108,13 +108,9 @@ pub struct AgePoint {
 }
 
 /// What one round read: when (Unix seconds), its canary, and each
-/// bucket's mean age (months) and median throughput.
-#[derive(Debug, Clone)]
-struct Round {
-    at: i64,
-    fresh_bps: f64,
-    buckets: Vec<(f64, f64)>,
-}
+/// bucket's mean age (months) and median throughput — as the state
+/// database keeps it, so a restarted daemon goes on from its rounds.
+type Round = crate::inventory::ForecastRound;
 
 /// A drive's last rounds.
 #[derive(Debug, Default, Clone)]
@@ -175,6 +171,28 @@ impl History {
         while self.rounds.len() > MAX_ROUNDS {
             self.rounds.pop_front();
         }
+    }
+
+    /// No round kept.
+    pub fn is_empty(&self) -> bool {
+        self.rounds.is_empty()
+    }
+
+    /// The kept rounds, oldest first (for the state database).
+    pub fn kept(&self) -> Vec<Round> {
+        self.rounds.iter().cloned().collect()
+    }
+
+    /// A history from rounds kept before a restart, each added in turn
+    /// under the same rules as a new one: a bound, a window, a clock set
+    /// back. Rounds the window has passed since are dropped by the next
+    /// round's [`History::add`].
+    pub fn restored(rounds: Vec<Round>) -> History {
+        let mut h = History::default();
+        for r in rounds {
+            h.add_readings(r.fresh_bps, r.buckets, r.at);
+        }
+        h
     }
 
     /// The fresh reference: the median canary of the kept rounds.

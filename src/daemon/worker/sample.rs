@@ -28,9 +28,9 @@ fn written_bytes(cell: &DriveCell) -> Option<u64> {
         .sum()
 }
 
-/// The drive's identity for its baseline (the first member's: wwid, or
-/// model and serial).
-fn drive_identity(cell: &DriveCell) -> String {
+/// The drive's identity for its baseline and forecast rounds (the first
+/// member's: wwid, or model and serial).
+pub(super) fn drive_identity(cell: &DriveCell) -> String {
     cell.drives
         .first()
         .map_or_else(|| cell.label.clone(), |d| d.id.clone())
@@ -76,6 +76,13 @@ pub(super) fn sample(
                 judgement: j,
                 forecast,
             });
+            let kept = verification.is_none().then(|| st.ages.kept());
+            drop(st);
+            if let Some(rounds) = kept {
+                if let Err(e) = store.keep_forecast_rounds(&drive_identity(cell), &rounds) {
+                    tracing::warn!("keeping the forecast's rounds: {e}");
+                }
+            }
             state
         }
         Err(e) => {

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::inventory::Store;
+use crate::inventory::{ForecastRound, Store};
+use crate::policy::forecast;
 
 use super::super::shared::{DriveCell, Shared};
 
@@ -13,6 +14,17 @@ pub(super) fn last_refresh(store: &Store, cell: &DriveCell) -> Option<i64> {
         .iter()
         .filter_map(|root| store.last_refresh_under(root).ok().flatten())
         .max()
+}
+
+/// The drive's forecast rounds of before a restart; none (said in the
+/// log) if they do not read back: the forecast starts afresh.
+fn forecast_rounds(store: &Store, cell: &DriveCell) -> Vec<ForecastRound> {
+    store
+        .forecast_rounds(&super::sample::drive_identity(cell))
+        .unwrap_or_else(|e| {
+            tracing::warn!("the forecast's rounds before the restart are lost: {e}");
+            vec![]
+        })
 }
 
 /// Opens the state database, retrying with backoff (1 s doubling to 60 s)
@@ -31,10 +43,14 @@ pub(super) fn open_store(shared: &Shared, cell: &DriveCell) -> Option<Store> {
             Ok(s) => {
                 up.set(1);
                 let last = last_refresh(&s, cell);
+                let rounds = forecast_rounds(&s, cell);
                 let mut st = cell.lock();
                 if st.last_refresh.is_none() {
                     // After a restart: what the database remembers.
                     st.last_refresh = last;
+                }
+                if st.ages.is_empty() {
+                    st.ages = forecast::History::restored(rounds);
                 }
                 if st
                     .error

@@ -6,6 +6,11 @@
 //! - 2: keyed on (filesystem identity, ino) — the UUID survives a reboot,
 //!   `st_dev` does not — and times as (seconds, nanoseconds). `dev` stays
 //!   as a plain column (the device number at the last scan).
+//!
+//! A table that changes no other (`ADDED`: the drives' forecast rounds)
+//! is created when a database of this schema is opened, without a new
+//! version: a refreshd that does not know it ignores it, so going back
+//! a version keeps working.
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
@@ -62,6 +67,13 @@ pub const CREATE: &str = "
         PRIMARY KEY (fs, ino)
     ) WITHOUT ROWID;";
 
+/// Tables added to schema 2 that change no other (see the module's doc).
+pub const ADDED: &str = "
+    CREATE TABLE IF NOT EXISTS forecast_history (
+        drive TEXT PRIMARY KEY,
+        rounds TEXT NOT NULL
+    );";
+
 /// What opening found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Opened {
@@ -87,6 +99,7 @@ pub fn open(conn: &mut Connection) -> rusqlite::Result<Opened> {
         None => {
             let tx = conn.transaction()?;
             tx.execute_batch(CREATE)?;
+            tx.execute_batch(ADDED)?;
             tx.execute(
                 "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
                 [SCHEMA_VERSION],
@@ -94,10 +107,14 @@ pub fn open(conn: &mut Connection) -> rusqlite::Result<Opened> {
             tx.commit()?;
             Ok(Opened::Current)
         }
-        Some(SCHEMA_VERSION) => Ok(Opened::Current),
+        Some(SCHEMA_VERSION) => {
+            conn.execute_batch(ADDED)?;
+            Ok(Opened::Current)
+        }
         Some(1) => {
             let tx = conn.transaction()?;
             let devices = from_1(&tx)?;
+            tx.execute_batch(ADDED)?;
             tx.commit()?;
             Ok(Opened::Migrated { from: 1, devices })
         }

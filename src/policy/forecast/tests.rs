@@ -154,6 +154,28 @@ fn history_keeps_the_rounds_of_the_window() {
     assert!((p[44].months - months(75.0)).abs() < 1e-9);
 }
 
+/// A restart: the rounds kept in the state database give the same
+/// history, and the window and the bound hold for them as for new rounds
+/// (a round added after a long stop drops those the window has passed).
+#[test]
+fn a_history_restored_from_its_kept_rounds_is_the_same() {
+    let six_hours = 6.0 * 3600.0 / MONTH;
+    let months = |i: f64| 1.0 + i * six_hours;
+    let mut h = History::default();
+    for i in 0..60 {
+        round_at(&mut h, months(i as f64), FRESH);
+    }
+    let back = History::restored(h.kept());
+    assert_eq!(back.points(), h.points());
+    assert_eq!(back.fresh_bps(), h.fresh_bps());
+    assert_eq!(back.kept().len(), 48);
+    // Stopped for a week: the next round drops the rounds it outdates.
+    let mut back = back;
+    round_at(&mut back, months(59.0 + 28.0), FRESH);
+    assert_eq!(back.kept().len(), 48 - 28 + 1);
+    assert!(History::restored(vec![]).is_empty());
+}
+
 /// `refreshctl now` in a loop: rounds a second apart are all in the
 /// window, and no more than [`MAX_ROUNDS`] are kept, the newest.
 #[test]
