@@ -58,7 +58,8 @@ pub struct Entry {
     /// The refresh read without `O_NOATIME` (not the owner, no
     /// `CAP_FOWNER`): its reads may have moved the atime, so recovery
     /// puts the taken one back even where its own descriptor could not
-    /// have moved it. Absent in older records (the field is optional, the
+    /// have moved it — if the atime is older than refreshd's last write
+    /// (a later one may be another's read since: kept). Absent in older records (the field is optional, the
     /// format version unchanged): false, as they were recovered before.
     #[serde(default)]
     pub reads_moved_atime: bool,
@@ -77,8 +78,9 @@ impl Entry {
 /// What recovery decides for a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// Put the recorded mtime back (and the atime, where recovery's reads
-    /// could have moved it: see `meta::times_to_put_back`).
+    /// Put the recorded mtime back (and the taken atime where the killed
+    /// run's reads alone can have moved it: `reads_moved_atime`, see
+    /// `recover`; else the atime as it is).
     Restore,
     /// Leave the file as it is, for this reason.
     Leave(&'static str),

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use rustix::fs::{Mode, OFlags};
 
 use super::owners;
-use super::record::{decide, observe, read_records, Entry, Journal, Verdict};
+use super::record::{decide, observe, read_records, Entry, Journal, Observed, Verdict};
 #[cfg(test)]
 use super::test_switch;
 use crate::engine::safety::meta::times_to_put_back;
@@ -76,6 +76,17 @@ fn recover_records(files: Vec<PathBuf>) -> Vec<Recovered> {
     out
 }
 
+/// Whether the atime the file has now can only be the killed run's: its
+/// reads could move it (recorded), and it is older than refreshd's last
+/// write. One that is not is ambiguous — a read of the killed run after
+/// its last write, or another process's read since the kill (no lease
+/// held it off; under `relatime` the first read after a write moves the
+/// atime, without the ctime) — and is kept: a read of theirs is never
+/// undone, at the cost of leaving a late read of ours.
+fn atime_is_the_killed_runs(e: &Entry, now: &Observed) -> bool {
+    e.reads_moved_atime && now.atime < e.left_ctime
+}
+
 fn recover_one(e: &Entry) -> RecoveryOutcome {
     use RecoveryOutcome::{Deferred, Left, Restored};
     let fd = match crate::io::resolve::open_absolute(
@@ -109,13 +120,9 @@ fn recover_one(e: &Entry) -> RecoveryOutcome {
             Verdict::Leave(why) => Err(Left(why.into())),
             Verdict::Restore => {
                 let (atime, mtime) = (e.taken.atime, e.taken.mtime);
-                // The crashed run's reads may have moved the atime
-                // (recorded): the taken one goes back, whatever recovery's
-                // own descriptor could have done.
+                let force_atime = atime_is_the_killed_runs(e, &now);
                 #[cfg(test)]
-                let force_atime = e.reads_moved_atime || test_switch::put_back_atime();
-                #[cfg(not(test))]
-                let force_atime = e.reads_moved_atime;
+                let force_atime = force_atime || test_switch::put_back_atime();
                 let times = times_to_put_back(fd.as_fd(), atime, mtime, force_atime);
                 rustix::fs::futimens(&fd, &times).map_err(|err| {
                     Left(format!("restoring the times: {}", io::Error::from(err)))

@@ -310,6 +310,45 @@ fn an_atime_the_killed_runs_reads_moved_goes_back() {
     }
 }
 
+/// The killed run's reads could move the atime (recorded), but another
+/// process read the file after the kill (no lease held it off; under
+/// `relatime` the first read after refreshd's write moves the atime, not
+/// the ctime): its atime is kept, not replaced by the one refreshd took.
+#[test]
+fn a_read_after_the_kill_keeps_its_atime() {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let (_tmp, j, path, rec) = setup_recorded(true, |_| ());
+    std::mem::forget(rec);
+    std::thread::sleep(Duration::from_millis(20)); // past the write's tick
+    let before = std::fs::metadata(&path).unwrap();
+    std::fs::File::open(&path)
+        .unwrap()
+        .read_exact(&mut [0u8; 512])
+        .unwrap();
+    let read = std::fs::metadata(&path).unwrap();
+    assert_ne!(
+        (read.atime(), read.atime_nsec()),
+        (before.atime(), before.atime_nsec()),
+        "the read moved the atime (a mount with noatime cannot run this test)"
+    );
+    assert_eq!(
+        read.ctime_nsec(),
+        before.ctime_nsec(),
+        "a read moves no ctime"
+    );
+    let j = next_run(j);
+    let r = recover(&j).unwrap();
+    assert_eq!(r[0].outcome, RecoveryOutcome::Restored);
+    assert_eq!(mtime(&path), (1_500_000_000, 123));
+    let m = std::fs::metadata(&path).unwrap();
+    assert_eq!(
+        (m.atime(), m.atime_nsec()),
+        (read.atime(), read.atime_nsec()),
+        "their read's atime"
+    );
+}
+
 /// The field is optional: a record written before it reads as "reads
 /// could not move the atime", and one with it round-trips.
 #[test]
