@@ -295,7 +295,7 @@ fn privileged_the_daemon_shows_its_forecast() {
     assert!((exported / secs - 1.0).abs() < 1e-6, "{exported} vs {secs}");
     // Restarted with one round an hour: its first forecast is the one of
     // the round it samples on starting.
-    daemon.wait_for("a forecast on 5 points (3 rounds)", 120, |d| {
+    daemon.wait_for("a forecast on 5 points (at least 3 rounds)", 120, |d| {
         forecast_points(&d.status()).is_some_and(|p| p >= 5)
     });
     drop(daemon); // killed

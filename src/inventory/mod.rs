@@ -23,7 +23,6 @@ mod store;
 
 pub use record::{FileKey, FileRecord};
 pub use scan::{Batch, Entry, WalkProblem, Walked};
-pub use store::forecast::ForecastRound;
 pub use store::{migrate, ScanStats, Store, StoreError};
 
 pub use crate::clock::now_secs;

@@ -21,7 +21,7 @@ use crate::io::fsid::FsId;
 mod apply;
 mod checkpoints;
 mod error;
-pub mod forecast;
+mod forecast;
 mod group;
 pub mod migrate;
 mod turns;

@@ -19,8 +19,8 @@
 //! a point (its bytes' mean age, its excess). One round with data of two
 //! ages is enough; a drive whose data is all one age gets its second
 //! point from a later round, as the data ages. The rounds of the last
-//! [`FIT_WINDOW`] are kept (in memory: after a restart the forecast waits
-//! for them again).
+//! [`FIT_WINDOW`] are kept, in the state database too: a restart goes on
+//! from them.
 //!
 //! **The forecast.** Every bucket's data ages with the clock: after Δ, a
 //! bucket of mean age `a` reads at `fresh / (1 + c·(a+Δ)^k)`; the buckets
@@ -59,6 +59,8 @@
 //! (docs/DESIGN.md, "Forecast").
 
 use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 use super::{judge, Judgement, Thresholds};
@@ -108,9 +110,15 @@ pub struct AgePoint {
 }
 
 /// What one round read: when (Unix seconds), its canary, and each
-/// bucket's mean age (months) and median throughput — as the state
-/// database keeps it, so a restarted daemon goes on from its rounds.
-type Round = crate::inventory::ForecastRound;
+/// bucket's mean age (months) and median throughput. Kept in the state
+/// database too ([`History::to_json`]), so a restarted daemon goes on
+/// from its rounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Round {
+    at: i64,
+    fresh_bps: f64,
+    buckets: Vec<(f64, f64)>,
+}
 
 /// A drive's last rounds.
 #[derive(Debug, Default, Clone)]
@@ -158,7 +166,13 @@ impl History {
     /// dated more than [`CLOCK_STEP_TOLERANCE`] after it are dropped too:
     /// the clock stepped back, and their ages were counted on a clock that
     /// no longer holds.
-    pub fn add_readings(&mut self, fresh_bps: f64, buckets: Vec<(f64, f64)>, at: i64) {
+    pub fn add_readings(&mut self, fresh_bps: f64, mut buckets: Vec<(f64, f64)>, at: i64) {
+        // Nothing that is not a number (JSON has no NaN: one would lose
+        // the drive's kept rounds at the next start).
+        buckets.retain(|&(months, bps)| months.is_finite() && bps.is_finite());
+        if !fresh_bps.is_finite() {
+            return;
+        }
         let window = FIT_WINDOW.as_secs() as i64;
         let tolerance = CLOCK_STEP_TOLERANCE.as_secs() as i64;
         self.rounds
@@ -178,21 +192,28 @@ impl History {
         self.rounds.is_empty()
     }
 
-    /// The kept rounds, oldest first (for the state database).
-    pub fn kept(&self) -> Vec<Round> {
-        self.rounds.iter().cloned().collect()
+    /// How many rounds are kept.
+    pub fn len(&self) -> usize {
+        self.rounds.len()
     }
 
-    /// A history from rounds kept before a restart, each added in turn
-    /// under the same rules as a new one: a bound, a window, a clock set
-    /// back. Rounds the window has passed since are dropped by the next
-    /// round's [`History::add`].
-    pub fn restored(rounds: Vec<Round>) -> History {
+    /// The kept rounds, oldest first, for the state database.
+    pub fn to_json(&self) -> String {
+        // Every value is finite (`add_readings`): this cannot fail.
+        serde_json::to_string(&self.rounds).unwrap_or_default()
+    }
+
+    /// A history from the rounds kept before a restart, each added in
+    /// turn under the same rules as a new one: a bound, a window, a clock
+    /// set back. Rounds the window has passed since are dropped by the
+    /// next round's [`History::add`].
+    pub fn from_json(json: &str) -> Result<History, serde_json::Error> {
+        let rounds: Vec<Round> = serde_json::from_str(json)?;
         let mut h = History::default();
         for r in rounds {
             h.add_readings(r.fresh_bps, r.buckets, r.at);
         }
-        h
+        Ok(h)
     }
 
     /// The fresh reference: the median canary of the kept rounds.

@@ -28,9 +28,23 @@ fn written_bytes(cell: &DriveCell) -> Option<u64> {
         .sum()
 }
 
-/// The drive's identity for its baseline and forecast rounds (the first
-/// member's: wwid, or model and serial).
-pub(super) fn drive_identity(cell: &DriveCell) -> String {
+/// The key of the drive's forecast rounds in the state database: every
+/// member's identity, so two groups sharing a member (md over partitions)
+/// keep their own. None where a member is known only by its kernel name
+/// (no wwid, serial or backing file): names can swap at a reboot, and the
+/// rounds would come back on another drive.
+pub(super) fn forecast_key(cell: &DriveCell) -> Option<String> {
+    if cell.drives.is_empty() || cell.drives.iter().any(|d| d.id == d.name) {
+        return None;
+    }
+    let mut ids: Vec<&str> = cell.drives.iter().map(|d| d.id.as_str()).collect();
+    ids.sort_unstable();
+    Some(ids.join("+"))
+}
+
+/// The drive's identity for its baseline (the first member's: wwid, or
+/// model and serial).
+fn drive_identity(cell: &DriveCell) -> String {
     cell.drives
         .first()
         .map_or_else(|| cell.label.clone(), |d| d.id.clone())
@@ -64,9 +78,9 @@ pub(super) fn sample(
             let state = take_verdict(cell, &j, verification, since_baseline, now);
             shared.metrics.set_state(&cell.label, state);
             let mut st = cell.lock();
-            let forecast = match verification {
+            let (forecast, added) = match verification {
                 // The rewritten files alone are not the drive's mix.
-                Some(_) => st.last_sample.as_ref().and_then(|r| r.forecast),
+                Some(_) => (st.last_sample.as_ref().and_then(|r| r.forecast), false),
                 None => look_ahead(&mut st.ages, &sample, &j, s, now),
             };
             shared.metrics.forecast(&cell.label, forecast.as_ref());
@@ -76,10 +90,10 @@ pub(super) fn sample(
                 judgement: j,
                 forecast,
             });
-            let kept = verification.is_none().then(|| st.ages.kept());
+            let kept = added.then(|| st.ages.to_json());
             drop(st);
-            if let Some(rounds) = kept {
-                if let Err(e) = store.keep_forecast_rounds(&drive_identity(cell), &rounds) {
+            if let (Some(json), Some(key)) = (kept, forecast_key(cell)) {
+                if let Err(e) = store.keep_forecast_rounds(&key, &json) {
                     tracing::warn!("keeping the forecast's rounds: {e}");
                 }
             }
@@ -102,21 +116,24 @@ pub(super) fn sample(
 }
 
 /// Adds the round's age-vs-speed points (taken `now`) to the drive's
-/// history and forecasts when its stale data will cross a floor.
+/// history and forecasts when its stale data will cross a floor; whether
+/// the round was added (not from a slow drive or without a reference).
 fn look_ahead(
     ages: &mut forecast::History,
     sample: &sampler::DriveSample,
     j: &policy::Judgement,
     s: &Settings,
     now: i64,
-) -> Option<forecast::Forecast> {
-    let fresh = j.fresh_bps.filter(|_| j.slow.is_none())?;
+) -> (Option<forecast::Forecast>, bool) {
+    let Some(fresh) = j.fresh_bps.filter(|_| j.slow.is_none()) else {
+        return (None, false);
+    };
     ages.add(sample, fresh, now);
     let th = Thresholds {
         min_throughput: s.min_throughput,
         min_ratio: s.min_ratio,
     };
-    forecast::forecast(ages, sample, j, s.stale_after, th)
+    (forecast::forecast(ages, sample, j, s.stale_after, th), true)
 }
 
 /// The files the round draws from, bucket by bucket.

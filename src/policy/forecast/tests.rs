@@ -154,9 +154,21 @@ fn history_keeps_the_rounds_of_the_window() {
     assert!((p[44].months - months(75.0)).abs() < 1e-9);
 }
 
+/// The same points but for the last bits a decimal text keeps.
+fn assert_same_points(a: &[AgePoint], b: &[AgePoint]) {
+    let near = |x: f64, y: f64| (x - y).abs() <= 1e-12 * x.abs().max(y.abs());
+    assert_eq!(a.len(), b.len());
+    for (p, q) in a.iter().zip(b) {
+        assert!(
+            near(p.months, q.months) && near(p.excess, q.excess),
+            "{p:?} vs {q:?}"
+        );
+    }
+}
+
 /// A restart: the rounds kept in the state database give the same
-/// history, and the window and the bound hold for them as for new rounds
-/// (a round added after a long stop drops those the window has passed).
+/// history, and the window holds for them as for new rounds (a round
+/// added after a long stop drops those the window has passed).
 #[test]
 fn a_history_restored_from_its_kept_rounds_is_the_same() {
     let six_hours = 6.0 * 3600.0 / MONTH;
@@ -165,15 +177,53 @@ fn a_history_restored_from_its_kept_rounds_is_the_same() {
     for i in 0..60 {
         round_at(&mut h, months(i as f64), FRESH);
     }
-    let back = History::restored(h.kept());
-    assert_eq!(back.points(), h.points());
+    let back = History::from_json(&h.to_json()).unwrap();
+    assert_same_points(&back.points(), &h.points());
     assert_eq!(back.fresh_bps(), h.fresh_bps());
-    assert_eq!(back.kept().len(), 48);
+    assert_eq!(back.len(), 48);
     // Stopped for a week: the next round drops the rounds it outdates.
     let mut back = back;
     round_at(&mut back, months(59.0 + 28.0), FRESH);
-    assert_eq!(back.kept().len(), 48 - 28 + 1);
-    assert!(History::restored(vec![]).is_empty());
+    assert_eq!(back.len(), 48 - 28 + 1);
+    assert!(History::from_json("[]").unwrap().is_empty());
+    assert!(History::from_json("[{\"at\":").is_err());
+}
+
+/// Kept rounds read back under the rules of new ones: more than
+/// [`MAX_ROUNDS`] keep the newest; a clock set back between two of them
+/// (the database written by a daemon whose clock was wrong) drops those
+/// dated after.
+#[test]
+fn restored_rounds_keep_the_bound_and_the_clock_rule() {
+    let json = |ats: &[i64]| {
+        let rounds: Vec<String> = ats
+            .iter()
+            .map(|at| format!("{{\"at\":{at},\"fresh_bps\":{FRESH},\"buckets\":[[1.5,3e8]]}}"))
+            .collect();
+        format!("[{}]", rounds.join(","))
+    };
+    let many: Vec<i64> = (0..MAX_ROUNDS as i64 + 10).collect();
+    assert_eq!(History::from_json(&json(&many)).unwrap().len(), MAX_ROUNDS);
+    let day = 86_400;
+    let stepped = History::from_json(&json(&[0, day, 2 * day, day / 2])).unwrap();
+    assert_eq!(stepped.len(), 2, "the rounds after the clock's new time go");
+}
+
+/// A round's values that are not numbers are left out: JSON has none,
+/// and one would lose every kept round at the next start.
+#[test]
+fn values_that_are_not_numbers_are_not_kept() {
+    let mut h = History::default();
+    h.add_readings(
+        FRESH,
+        vec![(1.5, f64::NAN), (1.2, 3e8), (f64::INFINITY, 3e8)],
+        1,
+    );
+    h.add_readings(f64::NAN, vec![(1.5, 3e8)], 2);
+    assert_eq!(h.len(), 1);
+    let back = History::from_json(&h.to_json()).unwrap();
+    assert_same_points(&back.points(), &h.points());
+    assert_eq!(back.points().len(), 1);
 }
 
 /// `refreshctl now` in a loop: rounds a second apart are all in the
