@@ -177,9 +177,23 @@ pub struct DriveStatus {
     /// The age-vs-speed points of the last sampling rounds (the forecast).
     #[serde(skip)]
     pub ages: crate::policy::forecast::History,
+    /// The rounds kept in the state database could not be read (a
+    /// database that cannot be asked, a table of another refreshd): they
+    /// are not overwritten by this run's.
+    #[serde(skip)]
+    pub kept_rounds_unread: bool,
     /// Bytes refreshed today, against `daily_budget`.
     #[serde(skip)]
     pub today: DailyBudget,
+}
+
+impl DriveStatus {
+    /// The forecast's rounds to write to the state database after a
+    /// round (`added`: it added one), unless those kept there could not
+    /// be read at the start (they are not overwritten).
+    pub fn rounds_to_keep(&self, added: bool) -> Option<String> {
+        (added && !self.kept_rounds_unread).then(|| self.ages.to_json())
+    }
 }
 
 /// Bytes refreshed per UTC day. Time is passed in (seconds since the

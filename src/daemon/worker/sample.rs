@@ -90,7 +90,7 @@ pub(super) fn sample(
                 judgement: j,
                 forecast,
             });
-            let kept = added.then(|| st.ages.to_json());
+            let kept = st.rounds_to_keep(added);
             drop(st);
             if let (Some(json), Some(key)) = (kept, forecast_key(cell)) {
                 if let Err(e) = store.keep_forecast_rounds(&key, &json) {

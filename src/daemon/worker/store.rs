@@ -17,10 +17,10 @@ pub(super) fn last_refresh(store: &Store, cell: &DriveCell) -> Option<i64> {
 }
 
 /// The drive's forecast rounds of before a restart, if it keeps them
-/// (`sample::forecast_key`). Rounds that do not read back are lost (said
-/// in the log: the forecast starts afresh); a database that cannot be
-/// asked is an error, retried as one that cannot be opened (so a
-/// transient failure never overwrites the kept rounds with one round).
+/// (`sample::forecast_key`). Rounds that do not parse are lost (said in
+/// the log: the forecast starts afresh). A database that cannot be asked
+/// for them (a table of another refreshd, after a downgrade) is an error:
+/// the drive works on without them, and does not overwrite them.
 fn kept_forecast(store: &Store, cell: &DriveCell) -> Result<Option<History>, StoreError> {
     let Some(key) = super::sample::forecast_key(cell) else {
         return Ok(None);
@@ -31,6 +31,25 @@ fn kept_forecast(store: &Store, cell: &DriveCell) -> Result<Option<History>, Sto
     Ok(History::from_json(&json)
         .inspect_err(|e| tracing::warn!("the forecast's rounds before the restart are lost: {e}"))
         .ok())
+}
+
+/// After a (re)open: the drive's last refresh and forecast rounds as the
+/// database remembers them, where the drive has none yet.
+fn restore(store: &Store, cell: &DriveCell) {
+    let last = last_refresh(store, cell);
+    let kept = kept_forecast(store, cell);
+    let mut st = cell.lock();
+    if st.last_refresh.is_none() {
+        st.last_refresh = last;
+    }
+    match kept {
+        Ok(Some(h)) if st.ages.is_empty() => st.ages = h,
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!("the forecast's rounds before the restart cannot be read ({e}): not kept by this run");
+            st.kept_rounds_unread = true;
+        }
+    }
 }
 
 /// Opens the state database, retrying with backoff (1 s doubling to 60 s)
@@ -45,20 +64,11 @@ pub(super) fn open_store(shared: &Shared, cell: &DriveCell) -> Option<Store> {
             device: cell.label.clone(),
         });
     loop {
-        let opened =
-            Store::open(&shared.config().state_dir).and_then(|s| Ok((kept_forecast(&s, cell)?, s)));
-        match opened {
-            Ok((kept, s)) => {
+        match Store::open(&shared.config().state_dir) {
+            Ok(s) => {
                 up.set(1);
-                let last = last_refresh(&s, cell);
+                restore(&s, cell);
                 let mut st = cell.lock();
-                if st.last_refresh.is_none() {
-                    // After a restart: what the database remembers.
-                    st.last_refresh = last;
-                }
-                if let Some(h) = kept.filter(|_| st.ages.is_empty()) {
-                    st.ages = h;
-                }
                 if st
                     .error
                     .as_deref()
@@ -169,11 +179,12 @@ mod tests {
         assert_eq!(forecast_key(&cell(vec![])), None);
     }
 
-    /// A restart: the rounds come back; rounds that do not read back are
-    /// dropped (the drive still works); a database that cannot be asked is
-    /// retried and shown, never taken for "no rounds".
+    /// A restart: the rounds come back; rounds that do not parse are
+    /// dropped; a database that cannot be asked for them (a table of
+    /// another refreshd) is served without them, and they are not
+    /// overwritten (never taken for "no rounds").
     #[test]
-    fn kept_rounds_come_back_and_an_unaskable_database_is_retried() {
+    fn kept_rounds_come_back_and_unreadable_ones_are_not_overwritten() {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let state = tmp.path().join("state");
         let mut h = History::default();
@@ -184,7 +195,7 @@ mod tests {
             c.and_then(|c| c.execute_batch(q))
                 .unwrap_or_else(|e| panic!("{e}"));
         };
-        let open = |what: &str| {
+        let open = || {
             let (shared, cell) = shared_with_drives(
                 state.clone(),
                 &tmp.path().join("j"),
@@ -192,31 +203,25 @@ mod tests {
             );
             let (s2, c2) = (shared.clone(), cell.clone());
             let worker = std::thread::spawn(move || open_store(&s2, &c2).is_some());
-            (worker, cell, what.to_string())
+            (worker, cell)
         };
         Store::open(&state)
             .and_then(|s| s.keep_forecast_rounds("w", &h.to_json()))
             .unwrap_or_else(|e| panic!("{e}"));
-        let (worker, cell, _) = open("kept");
+        let (worker, cell) = open();
         assert!(worker.join().unwrap_or(false));
         assert_eq!(cell.lock().ages.len(), 2, "the rounds came back");
+        assert!(cell.lock().rounds_to_keep(true).is_some());
         sql("UPDATE forecast_history SET rounds = '[{\"at\":'");
-        let (worker, cell, _) = open("garbled");
+        let (worker, cell) = open();
         assert!(worker.join().unwrap_or(false), "served without them");
         assert!(cell.lock().ages.is_empty());
-        // A table the query fails on: the store is not served until fixed.
+        // A table the query fails on: served, the rounds marked unread.
         sql("DROP TABLE forecast_history; CREATE TABLE forecast_history (drive TEXT PRIMARY KEY, x TEXT);");
-        let (worker, cell, _) = open("unaskable");
-        let t = Instant::now();
-        while cell.lock().error.is_none() {
-            assert!(t.elapsed() < Duration::from_secs(10), "no error shown");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(!worker.is_finished(), "retrying, not served");
-        sql("DROP TABLE forecast_history;");
-        assert!(
-            worker.join().unwrap_or(false),
-            "served once it can be asked"
-        );
+        let (worker, cell) = open();
+        assert!(worker.join().unwrap_or(false), "served without them");
+        let st = cell.lock();
+        assert!(st.ages.is_empty() && st.kept_rounds_unread);
+        assert_eq!(st.rounds_to_keep(true), None, "theirs are not overwritten");
     }
 }
