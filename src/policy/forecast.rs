@@ -20,7 +20,9 @@
 //! ages is enough; a drive whose data is all one age gets its second
 //! point from a later round, as the data ages. The rounds of the last
 //! [`FIT_WINDOW`] are kept, in the state database too: a restart goes on
-//! from them.
+//! from them. Those the window passed are set aside, not thrown away: a
+//! clock wrong far ahead at boot outdates them all at its first round, and
+//! when it is set right they come back ([`History::add_readings`]).
 //!
 //! **The forecast.** Every bucket's data ages with the clock: after Δ, a
 //! bucket of mean age `a` reads at `fresh / (1 + c·(a+Δ)^k)`; the buckets
@@ -123,7 +125,15 @@ struct Round {
 /// A drive's last rounds.
 #[derive(Debug, Default, Clone)]
 pub struct History {
+    /// The rounds of the window, oldest first: the forecast's.
     rounds: VecDeque<Round>,
+    /// The rounds the window passed, oldest first, at most
+    /// [`MAX_ROUNDS`]: the forecast never reads them. A clock set far
+    /// ahead (an RTC wrong at boot, until NTP steps it back) outdates every
+    /// kept round at its first round; when the clock comes back, the
+    /// rounds its new time is inside the window of come back with it,
+    /// instead of 12 days starting over.
+    passed: VecDeque<Round>,
 }
 
 /// `excess = exp(ln_c) · months^k`.
@@ -162,10 +172,8 @@ impl History {
     }
 
     /// Keeps a round given as (months, bytes/s) per bucket, taken at
-    /// `at`; drops the rounds [`FIT_WINDOW`] or more before it. Rounds
-    /// dated more than [`CLOCK_STEP_TOLERANCE`] after it are dropped too:
-    /// the clock stepped back, and their ages were counted on a clock that
-    /// no longer holds.
+    /// `at`; sets aside the rounds [`FIT_WINDOW`] or more before it (see
+    /// [`History::move_window`]).
     pub fn add_readings(&mut self, fresh_bps: f64, mut buckets: Vec<(f64, f64)>, at: i64) {
         // Nothing that is not a number (JSON has no NaN: one would lose
         // the drive's kept rounds at the next start).
@@ -173,10 +181,7 @@ impl History {
         if !fresh_bps.is_finite() {
             return;
         }
-        let window = FIT_WINDOW.as_secs() as i64;
-        let tolerance = CLOCK_STEP_TOLERANCE.as_secs() as i64;
-        self.rounds
-            .retain(|r| r.at > at.saturating_sub(window) && r.at <= at.saturating_add(tolerance));
+        self.move_window(at);
         self.rounds.push_back(Round {
             at,
             fresh_bps,
@@ -185,6 +190,33 @@ impl History {
         while self.rounds.len() > MAX_ROUNDS {
             self.rounds.pop_front();
         }
+        while self.passed.len() > MAX_ROUNDS {
+            self.passed.pop_front();
+        }
+    }
+
+    /// The window now ends at `at`. Rounds dated more than
+    /// [`CLOCK_STEP_TOLERANCE`] after it go: the clock stepped back, and
+    /// their ages were counted on a clock that no longer holds. Rounds
+    /// it has passed are set aside; rounds set aside that it holds again
+    /// (the clock was ahead, and is back) come back.
+    fn move_window(&mut self, at: i64) {
+        let window = FIT_WINDOW.as_secs() as i64;
+        let tolerance = CLOCK_STEP_TOLERANCE.as_secs() as i64;
+        let in_window = |r: &Round| r.at > at.saturating_sub(window);
+        let not_ahead = |r: &Round| r.at <= at.saturating_add(tolerance);
+        self.rounds.retain(not_ahead);
+        self.passed.retain(not_ahead);
+        // Every round set aside is older than every kept one: the ones
+        // back go first, the order holds.
+        let (back, mut passed): (VecDeque<Round>, VecDeque<Round>) =
+            self.passed.drain(..).partition(in_window);
+        let (kept, outdated): (VecDeque<Round>, VecDeque<Round>) =
+            self.rounds.drain(..).partition(in_window);
+        passed.extend(outdated);
+        self.passed = passed;
+        self.rounds = back;
+        self.rounds.extend(kept);
     }
 
     /// No round kept.
@@ -197,10 +229,14 @@ impl History {
         self.rounds.len()
     }
 
-    /// The kept rounds, oldest first, for the state database.
+    /// The kept rounds and those set aside, oldest first, for the state
+    /// database: one list, read back round by round ([`History::from_json`]
+    /// sets aside again what the window passed; an older refreshd drops
+    /// them the same way).
     pub fn to_json(&self) -> String {
+        let all: Vec<&Round> = self.passed.iter().chain(&self.rounds).collect();
         // Every value is finite (`add_readings`): this cannot fail.
-        serde_json::to_string(&self.rounds).unwrap_or_default()
+        serde_json::to_string(&all).unwrap_or_default()
     }
 
     /// A history from the rounds kept before a restart, each added in

@@ -131,8 +131,9 @@ fn round_at(h: &mut History, months: f64, fresh: f64) {
 /// The rounds of the last [`FIT_WINDOW`] are kept, however many: six
 /// hours apart (the daemon's default interval) over 20 days, the last 12
 /// days' 48 rounds. A round dated a day before the newest (the clock
-/// stepped back) drops every round dated after it; one an hour before (an
-/// NTP step) drops none.
+/// stepped back) drops every round dated after it, and brings back those
+/// the window had passed that it holds again; one an hour before (an NTP
+/// step) drops none.
 #[test]
 fn history_keeps_the_rounds_of_the_window() {
     let six_hours = 6.0 * 3600.0 / MONTH;
@@ -144,14 +145,60 @@ fn history_keeps_the_rounds_of_the_window() {
     let p = h.points();
     assert_eq!(p.len(), 48, "12 days of rounds 6 h apart");
     assert!((p[0].months - months(32.0)).abs() < 1e-9, "{:?}", p[0]);
-    // Set back an hour: nothing goes.
+    // Set back an hour: nothing goes (and the round at the window's
+    // edge, 12 days before the new one, is inside it again).
     round_at(&mut h, months(79.0) - 3600.0 / MONTH, FRESH);
-    assert_eq!(h.points().len(), 49, "an hour back keeps every round");
-    // Set back a day: the rounds of the last day go.
+    assert_eq!(h.points().len(), 50, "an hour back keeps every round");
+    // Set back a day: the rounds of the last day go, the day before the
+    // window comes back.
     round_at(&mut h, months(75.0), FRESH);
     let p = h.points();
-    assert_eq!(p.len(), 45, "rounds 32 to 75 and the new one: {p:?}");
-    assert!((p[44].months - months(75.0)).abs() < 1e-9);
+    assert_eq!(p.len(), 49, "rounds 28 to 75 and the new one: {p:?}");
+    assert!((p[0].months - months(28.0)).abs() < 1e-9, "{:?}", p[0]);
+    assert!((p[48].months - months(75.0)).abs() < 1e-9);
+}
+
+/// A restart with the clock a year ahead (an RTC wrong at boot): its
+/// first round outdates every kept round, and the database is written
+/// with it. When the clock is set right, the next round finds them
+/// back, across a second restart too: the forecast rests on what it
+/// would have had without the wrong clock.
+#[test]
+fn a_clock_far_ahead_at_a_restart_loses_no_rounds() {
+    let six_hours = 6.0 * 3600.0 / MONTH;
+    let months = |i: f64| 1.0 + i * six_hours;
+    let mut straight = History::default();
+    for i in 0..48 {
+        round_at(&mut straight, months(i as f64), FRESH);
+    }
+    let mut h = History::from_json(&straight.to_json()).unwrap();
+    round_at(&mut h, months(47.0) + 12.0, FRESH);
+    assert_eq!(h.len(), 1, "a year ahead, the window holds its one round");
+    let mut h = History::from_json(&h.to_json()).unwrap();
+    assert_eq!(h.len(), 1);
+    round_at(&mut h, months(48.0), FRESH);
+    round_at(&mut straight, months(48.0), FRESH);
+    assert_eq!(h.len(), straight.len(), "{h:?}");
+    assert_same_points(&h.points(), &straight.points());
+    assert_eq!(h.fresh_bps(), straight.fresh_bps());
+}
+
+/// Rounds set aside are bounded as kept ones are, and never reach the
+/// forecast while the clock goes forward.
+#[test]
+fn rounds_set_aside_are_bounded_and_not_the_forecasts() {
+    let day = 86_400;
+    let mut h = History::default();
+    for i in 0..3 * MAX_ROUNDS as i64 {
+        h.add_readings(FRESH, vec![(1.5, 3e8)], i * 13 * day);
+    }
+    assert_eq!(h.len(), 1, "13 days apart: one round in each window");
+    let json: Vec<serde_json::Value> = serde_json::from_str(&h.to_json()).unwrap();
+    assert_eq!(
+        json.len(),
+        MAX_ROUNDS + 1,
+        "the newest set aside, and the kept one"
+    );
 }
 
 /// The same points but for the last bits a decimal text keeps.

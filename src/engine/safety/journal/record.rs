@@ -59,8 +59,9 @@ pub struct Entry {
     /// `CAP_FOWNER`): its reads may have moved the atime, so recovery
     /// puts the taken one back even where its own descriptor could not
     /// have moved it — if the atime is older than refreshd's last write
-    /// (a later one may be another's read since: kept). Absent in older records (the field is optional, the
-    /// format version unchanged): false, as they were recovered before.
+    /// (a later one may be another's read since: kept). Absent in older
+    /// records (the field is optional, the format version unchanged):
+    /// false, as they were recovered before.
     #[serde(default)]
     pub reads_moved_atime: bool,
 }
