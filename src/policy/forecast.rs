@@ -20,9 +20,9 @@
 //! ages is enough; a drive whose data is all one age gets its second
 //! point from a later round, as the data ages. The rounds of the last
 //! [`FIT_WINDOW`] are kept, in the state database too: a restart goes on
-//! from them. Those the window passed are set aside, not thrown away: a
-//! clock wrong far ahead at boot outdates them all at its first round, and
-//! when it is set right they come back ([`History::add_readings`]).
+//! from them. A clock that steps (an RTC wrong at boot, ahead or behind)
+//! sets the rounds of the clock before it aside, and they come back when
+//! it is set right ([`History::add_readings`]).
 //!
 //! **The forecast.** Every bucket's data ages with the clock: after Δ, a
 //! bucket of mean age `a` reads at `fresh / (1 + c·(a+Δ)^k)`; the buckets
@@ -99,8 +99,12 @@ pub const MAX_ROUNDS: usize = 128;
 /// A round dated up to this long after a newer one is kept: a clock set
 /// back by less (an NTP step of seconds) moves the data's ages by under
 /// 0.2 % of a month, far inside a round's noise; set back by more, the
-/// rounds after it go.
+/// rounds after it leave the fit, set aside ([`History::add_readings`]).
 pub const CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(3600);
+
+fn tolerance_secs() -> i64 {
+    CLOCK_STEP_TOLERANCE.as_secs() as i64
+}
 /// Two points tell a slope when their ages differ by this factor.
 pub const MIN_AGE_SPREAD: f64 = 1.02;
 
@@ -127,13 +131,11 @@ struct Round {
 pub struct History {
     /// The rounds of the window, oldest first: the forecast's.
     rounds: VecDeque<Round>,
-    /// The rounds the window passed, oldest first, at most
-    /// [`MAX_ROUNDS`]: the forecast never reads them. A clock set far
-    /// ahead (an RTC wrong at boot, until NTP steps it back) outdates every
-    /// kept round at its first round; when the clock comes back, the
-    /// rounds its new time is inside the window of come back with it,
-    /// instead of 12 days starting over.
-    passed: VecDeque<Round>,
+    /// The rounds of the clock before a step (see
+    /// [`History::add_readings`]), at most [`MAX_ROUNDS`], the last set
+    /// aside last: the forecast never reads them unless the clock comes
+    /// back to them.
+    aside: VecDeque<Round>,
 }
 
 /// `excess = exp(ln_c) · months^k`.
@@ -172,8 +174,19 @@ impl History {
     }
 
     /// Keeps a round given as (months, bytes/s) per bucket, taken at
-    /// `at`; sets aside the rounds [`FIT_WINDOW`] or more before it (see
-    /// [`History::move_window`]).
+    /// `at`. Rounds [`FIT_WINDOW`] or more before it leave the fit.
+    ///
+    /// **A clock that steps.** A round dated more than
+    /// [`CLOCK_STEP_TOLERANCE`] before a kept one (the clock stepped back),
+    /// or past the window of every kept one (it jumped ahead, or the
+    /// daemon was stopped that long: the two look alike), is a step: the
+    /// rounds the new time cannot hold are set aside, not thrown away
+    /// (their ages were counted on the clock before it), and rounds set
+    /// aside at an earlier step that the new time's window holds come
+    /// back. An RTC wrong at boot, ahead or behind, whose first round
+    /// would have outdated 12 days of rounds, leaves them aside until NTP
+    /// sets it right. Only at a step: a round the clock merely reaches
+    /// later (one of a wrong clock's) never comes back.
     pub fn add_readings(&mut self, fresh_bps: f64, mut buckets: Vec<(f64, f64)>, at: i64) {
         // Nothing that is not a number (JSON has no NaN: one would lose
         // the drive's kept rounds at the next start).
@@ -190,33 +203,31 @@ impl History {
         while self.rounds.len() > MAX_ROUNDS {
             self.rounds.pop_front();
         }
-        while self.passed.len() > MAX_ROUNDS {
-            self.passed.pop_front();
+        while self.aside.len() > MAX_ROUNDS {
+            self.aside.pop_front();
         }
     }
 
-    /// The window now ends at `at`. Rounds dated more than
-    /// [`CLOCK_STEP_TOLERANCE`] after it go: the clock stepped back, and
-    /// their ages were counted on a clock that no longer holds. Rounds
-    /// it has passed are set aside; rounds set aside that it holds again
-    /// (the clock was ahead, and is back) come back.
+    /// The window now ends at `at` (see [`History::add_readings`]).
     fn move_window(&mut self, at: i64) {
         let window = FIT_WINDOW.as_secs() as i64;
-        let tolerance = CLOCK_STEP_TOLERANCE.as_secs() as i64;
-        let in_window = |r: &Round| r.at > at.saturating_sub(window);
-        let not_ahead = |r: &Round| r.at <= at.saturating_add(tolerance);
-        self.rounds.retain(not_ahead);
-        self.passed.retain(not_ahead);
-        // Every round set aside is older than every kept one: the ones
-        // back go first, the order holds.
-        let (back, mut passed): (VecDeque<Round>, VecDeque<Round>) =
-            self.passed.drain(..).partition(in_window);
-        let (kept, outdated): (VecDeque<Round>, VecDeque<Round>) =
-            self.rounds.drain(..).partition(in_window);
-        passed.extend(outdated);
-        self.passed = passed;
-        self.rounds = back;
-        self.rounds.extend(kept);
+        let ahead = |r: &Round| r.at > at.saturating_add(tolerance_secs());
+        let in_window = |r: &Round| r.at > at.saturating_sub(window) && !ahead(r);
+        let newest = self.rounds.iter().map(|r| r.at).max();
+        let jumped = newest.is_some_and(|n| at.saturating_sub(n) >= window);
+        let stepped = jumped || self.rounds.iter().any(ahead);
+        let (before_step, kept): (VecDeque<Round>, VecDeque<Round>) =
+            self.rounds.drain(..).partition(|r| jumped || ahead(r));
+        // Rounds of this clock the window passed leave for good.
+        self.rounds = kept.into_iter().filter(in_window).collect();
+        if stepped {
+            let (back, aside): (VecDeque<Round>, VecDeque<Round>) =
+                self.aside.drain(..).partition(in_window);
+            self.aside = aside;
+            self.aside.extend(before_step);
+            self.rounds.extend(back);
+            self.rounds.make_contiguous().sort_by_key(|r| r.at);
+        }
     }
 
     /// No round kept.
@@ -229,19 +240,19 @@ impl History {
         self.rounds.len()
     }
 
-    /// The kept rounds and those set aside, oldest first, for the state
-    /// database: one list, read back round by round ([`History::from_json`]
-    /// sets aside again what the window passed; an older refreshd drops
-    /// them the same way).
+    /// The rounds set aside, then the kept ones, for the state database:
+    /// one list, read back round by round ([`History::from_json`]: the
+    /// step between them sets the first aside again). An older refreshd
+    /// reading it drops those set aside, and its next write loses them.
     pub fn to_json(&self) -> String {
-        let all: Vec<&Round> = self.passed.iter().chain(&self.rounds).collect();
+        let all: Vec<&Round> = self.aside.iter().chain(&self.rounds).collect();
         // Every value is finite (`add_readings`): this cannot fail.
         serde_json::to_string(&all).unwrap_or_default()
     }
 
     /// A history from the rounds kept before a restart, each added in
     /// turn under the same rules as a new one: a bound, a window, a clock
-    /// set back. Rounds the window has passed since are dropped by the
+    /// that steps. Rounds the window has passed since leave the fit at the
     /// next round's [`History::add`].
     pub fn from_json(json: &str) -> Result<History, serde_json::Error> {
         let rounds: Vec<Round> = serde_json::from_str(json)?;

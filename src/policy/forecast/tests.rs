@@ -130,10 +130,11 @@ fn round_at(h: &mut History, months: f64, fresh: f64) {
 
 /// The rounds of the last [`FIT_WINDOW`] are kept, however many: six
 /// hours apart (the daemon's default interval) over 20 days, the last 12
-/// days' 48 rounds. A round dated a day before the newest (the clock
-/// stepped back) drops every round dated after it, and brings back those
-/// the window had passed that it holds again; one an hour before (an NTP
-/// step) drops none.
+/// days' 48 rounds; the older ones are gone, from the database too. A
+/// round dated a day before the newest (the clock stepped back) sets
+/// every round dated after it aside, and they do not come back when the
+/// clock reaches their dates again; one an hour before (an NTP step)
+/// moves nothing.
 #[test]
 fn history_keeps_the_rounds_of_the_window() {
     let six_hours = 6.0 * 3600.0 / MONTH;
@@ -145,60 +146,111 @@ fn history_keeps_the_rounds_of_the_window() {
     let p = h.points();
     assert_eq!(p.len(), 48, "12 days of rounds 6 h apart");
     assert!((p[0].months - months(32.0)).abs() < 1e-9, "{:?}", p[0]);
-    // Set back an hour: nothing goes (and the round at the window's
-    // edge, 12 days before the new one, is inside it again).
+    assert_eq!(kept_in_database(&h), 48, "no round set aside");
+    // Set back an hour: nothing goes.
     round_at(&mut h, months(79.0) - 3600.0 / MONTH, FRESH);
-    assert_eq!(h.points().len(), 50, "an hour back keeps every round");
-    // Set back a day: the rounds of the last day go, the day before the
-    // window comes back.
+    assert_eq!(h.points().len(), 49, "an hour back keeps every round");
+    // Set back a day: the rounds of the last day go.
     round_at(&mut h, months(75.0), FRESH);
     let p = h.points();
-    assert_eq!(p.len(), 49, "rounds 28 to 75 and the new one: {p:?}");
-    assert!((p[0].months - months(28.0)).abs() < 1e-9, "{:?}", p[0]);
-    assert!((p[48].months - months(75.0)).abs() < 1e-9);
+    assert_eq!(p.len(), 45, "rounds 32 to 75 and the new one: {p:?}");
+    assert!((p[44].months - months(75.0)).abs() < 1e-9);
+    // The clock goes on past their dates: they stay aside.
+    for i in 76..82 {
+        round_at(&mut h, months(i as f64), FRESH);
+    }
+    assert_eq!(
+        h.len(),
+        42 + 1 + 6,
+        "rounds 34 to 75, the one at 75, 76 to 81"
+    );
 }
 
-/// A restart with the clock a year ahead (an RTC wrong at boot): its
-/// first round outdates every kept round, and the database is written
-/// with it. When the clock is set right, the next round finds them
-/// back, across a second restart too: the forecast rests on what it
-/// would have had without the wrong clock.
-#[test]
-fn a_clock_far_ahead_at_a_restart_loses_no_rounds() {
-    let six_hours = 6.0 * 3600.0 / MONTH;
-    let months = |i: f64| 1.0 + i * six_hours;
+/// How many rounds the state database keeps, aside or not.
+fn kept_in_database(h: &History) -> usize {
+    let json: Vec<serde_json::Value> = serde_json::from_str(&h.to_json()).unwrap();
+    json.len()
+}
+
+/// 48 rounds 6 h apart from 1 month of age, kept and read back after a
+/// restart, and the same without the restart: what the forecast would
+/// rest on had the clock never been wrong.
+fn twelve_days() -> (History, History) {
     let mut straight = History::default();
     for i in 0..48 {
-        round_at(&mut straight, months(i as f64), FRESH);
+        round_at(&mut straight, six_hourly(i), FRESH);
     }
-    let mut h = History::from_json(&straight.to_json()).unwrap();
-    round_at(&mut h, months(47.0) + 12.0, FRESH);
-    assert_eq!(h.len(), 1, "a year ahead, the window holds its one round");
-    let mut h = History::from_json(&h.to_json()).unwrap();
-    assert_eq!(h.len(), 1);
-    round_at(&mut h, months(48.0), FRESH);
-    round_at(&mut straight, months(48.0), FRESH);
-    assert_eq!(h.len(), straight.len(), "{h:?}");
-    assert_same_points(&h.points(), &straight.points());
-    assert_eq!(h.fresh_bps(), straight.fresh_bps());
+    (History::from_json(&straight.to_json()).unwrap(), straight)
 }
 
-/// Rounds set aside are bounded as kept ones are, and never reach the
-/// forecast while the clock goes forward.
+fn six_hourly(i: usize) -> f64 {
+    1.0 + i as f64 * 6.0 * 3600.0 / MONTH
+}
+
+/// A restart with the clock a year ahead, or three years behind (an RTC
+/// wrong at boot): its first round would outdate every kept round, and
+/// the database is written with it. When NTP sets the clock right, the
+/// next round finds them back, across a second restart too: the forecast
+/// rests on what it would have had without the wrong clock.
+#[test]
+fn a_clock_wrong_at_a_restart_loses_no_rounds() {
+    for wrong_by in [12.0, -36.0] {
+        let (mut h, mut straight) = twelve_days();
+        round_at(&mut h, six_hourly(47) + wrong_by, FRESH);
+        assert_eq!(
+            h.len(),
+            1,
+            "{wrong_by} months off: the wrong clock's one round"
+        );
+        let mut h = History::from_json(&h.to_json()).unwrap();
+        assert_eq!(h.len(), 1);
+        round_at(&mut h, six_hourly(48), FRESH);
+        round_at(&mut straight, six_hourly(48), FRESH);
+        assert_eq!(h.len(), straight.len(), "{wrong_by} months off: {h:?}");
+        assert_same_points(&h.points(), &straight.points());
+        assert_eq!(h.fresh_bps(), straight.fresh_bps());
+    }
+}
+
+/// A wrong clock's round is set aside when the clock is set right, and
+/// never comes back: not when the clock reaches its date a year later.
+#[test]
+fn a_wrong_clocks_round_stays_aside() {
+    let (mut h, _) = twelve_days();
+    let ahead = six_hourly(47) + 12.0;
+    round_at(&mut h, ahead, FRESH);
+    let mut i = 48;
+    while at(six_hourly(i)) < at(ahead) + 86_400 {
+        round_at(&mut h, six_hourly(i), FRESH);
+        i += 1;
+    }
+    assert_eq!(
+        h.len(),
+        48,
+        "the last 12 days' rounds, not the wrong clock's"
+    );
+}
+
+/// Rounds set aside are bounded as kept ones are (the newest set aside
+/// stay), and never reach the forecast while the clock goes forward.
 #[test]
 fn rounds_set_aside_are_bounded_and_not_the_forecasts() {
     let day = 86_400;
     let mut h = History::default();
-    for i in 0..3 * MAX_ROUNDS as i64 {
+    let n = 3 * MAX_ROUNDS as i64;
+    for i in 0..n {
         h.add_readings(FRESH, vec![(1.5, 3e8)], i * 13 * day);
     }
     assert_eq!(h.len(), 1, "13 days apart: one round in each window");
+    assert_eq!(h.points().len(), 1);
     let json: Vec<serde_json::Value> = serde_json::from_str(&h.to_json()).unwrap();
     assert_eq!(
         json.len(),
         MAX_ROUNDS + 1,
         "the newest set aside, and the kept one"
     );
+    let first = (n - 1 - MAX_ROUNDS as i64) * 13 * day;
+    assert_eq!(json[0]["at"], first);
 }
 
 /// The same points but for the last bits a decimal text keeps.
@@ -238,8 +290,8 @@ fn a_history_restored_from_its_kept_rounds_is_the_same() {
 
 /// Kept rounds read back under the rules of new ones: more than
 /// [`MAX_ROUNDS`] keep the newest; a clock set back between two of them
-/// (the database written by a daemon whose clock was wrong) drops those
-/// dated after.
+/// (the database written by a daemon whose clock was wrong) sets those
+/// dated after aside.
 #[test]
 fn restored_rounds_keep_the_bound_and_the_clock_rule() {
     let json = |ats: &[i64]| {
