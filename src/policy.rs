@@ -260,6 +260,14 @@ impl Health {
     /// state stays as it was. `partial`: the daily budget left stale files
     /// for another day, so a good verification keeps the drive degraded.
     pub fn verified(&mut self, j: &Judgement, partial: bool) -> HealthState {
+        if j.slow.is_some() {
+            // Fresh data reads as slowly as the rewritten: the drive is
+            // slow, as [`Health::observe`] says of the same judgement (a
+            // rewrite cannot help; staying degraded would send it again).
+            self.scores.clear();
+            self.state = HealthState::Slow;
+            return self.state;
+        }
         let Some(score) = j.score else {
             return self.state;
         };

@@ -39,6 +39,11 @@ pub struct View {
     pub request: Option<Request>,
     /// The health says: refresh (degraded).
     pub wants_refresh: bool,
+    /// The last round found nothing to rewrite, and no sample came since:
+    /// the degraded verdict is not acted on again before new evidence (a
+    /// round that rewrites nothing would run again at once, and take the
+    /// fleet's slot from the group's other drives, every second).
+    pub nothing_left: bool,
     /// One slow round: to be confirmed.
     pub suspect: bool,
     pub paused: bool,
@@ -51,6 +56,14 @@ pub struct View {
     /// Why the fleet does not let it refresh yet (no slot, etcd
     /// unreachable, the health gate said no); `None`: it may.
     pub slot_wait: Option<Waiting>,
+}
+
+impl View {
+    /// The drive's own reason to refresh: degraded, with something left
+    /// to rewrite as far as it knows.
+    pub fn degraded_with_work(&self) -> bool {
+        self.wants_refresh && !self.nothing_left
+    }
 }
 
 /// What to do.
@@ -114,7 +127,7 @@ pub fn next_step(v: &View) -> Step {
     let forced = v.request.is_some_and(|r| r.force);
     let deadline = v.next_scan.min(v.next_sample);
     let until = |t: Instant| t.saturating_duration_since(v.now).min(MAX_WAIT);
-    if v.wants_refresh || forced {
+    if v.degraded_with_work() || forced {
         let why = waiting(v);
         let held_here = v.paused || !v.in_window || v.now < v.refresh_not_before;
         if !held_here {

@@ -44,6 +44,9 @@ struct Loop {
     refresh_not_before: Instant,
     /// The daily budget is spent until then.
     budget_until: Option<Instant>,
+    /// The last round rewrote nothing, and no sample came since
+    /// ([`super::step::View::nothing_left`]).
+    nothing_left: bool,
     /// Its fleet slot (with `[coordination]`).
     slot: super::slot::SlotKeeper,
 }
@@ -137,6 +140,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
         req_round: None,
         refresh_not_before: now,
         budget_until: None,
+        nothing_left: false,
         slot: super::slot::SlotKeeper::default(),
     };
     loop {
@@ -186,7 +190,8 @@ impl Loop {
         let paused = cell.paused.load(Ordering::Relaxed);
         let budget_spent = self.budget_until.is_some_and(|t| Instant::now() < t);
         let forced = request.is_some_and(|r| r.force);
-        let wanted = (wants_refresh || forced)
+        let wants_refresh_now = wants_refresh && !self.nothing_left;
+        let wanted = (wants_refresh_now || forced)
             && in_window
             && !paused
             && !budget_spent
@@ -199,6 +204,7 @@ impl Loop {
             verify_pending: self.verify.is_some(),
             request,
             wants_refresh,
+            nothing_left: self.nothing_left,
             suspect,
             paused,
             in_window,
@@ -208,7 +214,7 @@ impl Loop {
         };
         let next = matches!(next_step(&view), Step::Refresh { .. });
         view.slot_wait = self.slot.wait_reason(shared, cell, wanted, next);
-        cell.lock().waiting = (wants_refresh || forced)
+        cell.lock().waiting = (wants_refresh_now || forced)
             .then(|| step::waiting(&view))
             .flatten();
         (view, request.map(|_| Asked { only }))
@@ -238,6 +244,8 @@ impl Loop {
         verify: bool,
         asked: bool,
     ) {
+        // New evidence: a degraded verdict may send a round again.
+        self.nothing_left = false;
         let state = match self.verify.take().filter(|_| verify) {
             // Rewritten data counts as stale here: it is what is judged.
             Some((done, partial)) => {
@@ -305,6 +313,9 @@ impl Loop {
         if asked {
             self.req.refreshed = true;
         }
+        // Nothing rewritten: nothing to verify, and nothing to send the
+        // next round on before a sample says so.
+        self.nothing_left = r.refreshed.is_empty();
         if !r.refreshed.is_empty() {
             self.verify = Some((r.refreshed, r.budget_cut));
         }

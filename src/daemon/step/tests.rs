@@ -10,6 +10,7 @@ fn view() -> View {
         verify_pending: false,
         request: None,
         wants_refresh: false,
+        nothing_left: false,
         suspect: false,
         paused: false,
         in_window: true,
@@ -279,4 +280,44 @@ fn without_a_fleet_slot_nothing_is_refreshed_even_when_forced() {
         ..degraded
     };
     assert_eq!(next_step(&held), Step::Refresh { forced: false });
+}
+
+/// A degraded drive whose last round rewrote nothing (everything stale
+/// was just refreshed, or skipped, and the verification could not judge)
+/// waits for its next sample instead of running empty rounds back to
+/// back; a forced request still refreshes.
+#[test]
+fn a_round_that_rewrote_nothing_waits_for_new_evidence() {
+    let v = view();
+    let degraded = View {
+        wants_refresh: true,
+        ..v
+    };
+    assert_eq!(next_step(&degraded), Step::Refresh { forced: false });
+    let done = View {
+        nothing_left: true,
+        ..degraded
+    };
+    assert_eq!(
+        next_step(&done),
+        Step::Wait {
+            at_most: MAX_WAIT,
+            why: None
+        }
+    );
+    let sampled = View {
+        next_sample: v.now,
+        ..done
+    };
+    assert_eq!(next_step(&sampled), Step::Sample { verify: false });
+    let forced = View {
+        request: Some(Request {
+            force: true,
+            rescanned: true,
+            samples: 1,
+            refreshed: false,
+        }),
+        ..done
+    };
+    assert_eq!(next_step(&forced), Step::Refresh { forced: true });
 }
