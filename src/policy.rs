@@ -252,7 +252,6 @@ impl Health {
         self.state
     }
 
-    /// A refresh of the plan finished: the next round verifies it.
     /// The verification of a refresh: `j` measured the files just
     /// rewritten (and nothing else). The only way into `not_recovering`:
     /// data refreshd actually rewrote still reads slowly. Old scores
@@ -260,14 +259,6 @@ impl Health {
     /// state stays as it was. `partial`: the daily budget left stale files
     /// for another day, so a good verification keeps the drive degraded.
     pub fn verified(&mut self, j: &Judgement, partial: bool) -> HealthState {
-        if j.slow.is_some() {
-            // Fresh data reads as slowly as the rewritten: the drive is
-            // slow, as [`Health::observe`] says of the same judgement (a
-            // rewrite cannot help; staying degraded would send it again).
-            self.scores.clear();
-            self.state = HealthState::Slow;
-            return self.state;
-        }
         let Some(score) = j.score else {
             return self.state;
         };

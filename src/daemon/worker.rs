@@ -15,6 +15,8 @@ use crate::protocol::state::Waiting;
 use super::shared::{DriveCell, RoundSummary, Shared};
 use super::step::{self, next_step, Request, Step, View, CONFIRM};
 
+#[cfg(test)]
+mod loop_tests;
 mod sample;
 mod scan;
 mod store;
@@ -131,18 +133,7 @@ pub fn run(shared: Arc<Shared>, cell: Arc<DriveCell>) {
     let Some(mut store) = open_store(&shared, &cell) else {
         return; // stopping
     };
-    let now = Instant::now();
-    let mut l = Loop {
-        next_scan: now,
-        next_sample: now,
-        verify: None,
-        req: Request::default(),
-        req_round: None,
-        refresh_not_before: now,
-        budget_until: None,
-        nothing_left: false,
-        slot: super::slot::SlotKeeper::default(),
-    };
+    let mut l = Loop::new(Instant::now());
     loop {
         let s = settings_for(&shared, &cell);
         let (view, asked) = l.look(&shared, &cell, &s);
@@ -167,7 +158,29 @@ struct Asked {
     only: Option<std::path::PathBuf>,
 }
 
+/// How soon a drive whose state is in question is sampled again: one
+/// slow round (suspect), or a degraded one whose round found nothing to
+/// rewrite.
+fn resample_soon(s: &Settings) -> Duration {
+    (s.sample_interval / 6).max(Duration::from_secs(1))
+}
+
 impl Loop {
+    /// A drive's loop at its start: scan and sample at once.
+    fn new(now: Instant) -> Loop {
+        Loop {
+            next_scan: now,
+            next_sample: now,
+            verify: None,
+            req: Request::default(),
+            req_round: None,
+            refresh_not_before: now,
+            budget_until: None,
+            nothing_left: false,
+            slot: super::slot::SlotKeeper::default(),
+        }
+    }
+
     /// What the drive's state allows now (and why a wanted refresh waits,
     /// shown in `status`).
     fn look(&mut self, shared: &Shared, cell: &DriveCell, s: &Settings) -> (View, Option<Asked>) {
@@ -244,8 +257,6 @@ impl Loop {
         verify: bool,
         asked: bool,
     ) {
-        // New evidence: a degraded verdict may send a round again.
-        self.nothing_left = false;
         let state = match self.verify.take().filter(|_| verify) {
             // Rewritten data counts as stale here: it is what is judged.
             Some((done, partial)) => {
@@ -261,10 +272,17 @@ impl Loop {
         if asked && !verify {
             self.req.samples += 1;
         }
-        self.next_sample = Instant::now()
+        self.sampled(state, s, Instant::now());
+    }
+
+    /// A sample was taken (`state` its verdict): new evidence, so a
+    /// degraded verdict may send a round again; the next one is soon
+    /// for a suspect drive (confirm instead of in hours).
+    fn sampled(&mut self, state: HealthState, s: &Settings, now: Instant) {
+        self.nothing_left = false;
+        self.next_sample = now
             + if state == HealthState::Suspect {
-                // Confirm soon instead of in hours.
-                (s.sample_interval / 6).max(Duration::from_secs(1))
+                resample_soon(s)
             } else {
                 s.sample_interval
             };
@@ -295,7 +313,7 @@ impl Loop {
                 .absorb(&r.summary);
         }
         if r.finished {
-            self.finished(r, asked.is_some());
+            self.finished(r, asked.is_some(), only.is_some(), s, Instant::now());
         } else if r.rescan {
             self.next_scan = Instant::now();
         } else if r.slot_lost || r.gate_failed.is_some() || r.left_window || r.host_busy {
@@ -309,13 +327,31 @@ impl Loop {
     /// A round went through its plan: verify what it rewrote at once
     /// (rescan for the ages, then measure those files); an empty round
     /// rewrote nothing and verifies nothing.
-    fn finished(&mut self, r: super::round::RoundResult, asked: bool) {
+    ///
+    /// A round that rewrote nothing (the plan was empty: all just
+    /// refreshed or within `min_interval`; or every file failed or was
+    /// in use) is not run again before a sample says the drive still
+    /// needs it, and that sample comes soon (as for a suspect drive).
+    /// Before, the loop rescanned and ran it again at once, every second,
+    /// taking the fleet's slot each time. Not for a round the daily
+    /// budget stopped (it resumes the next UTC day) nor for a round of
+    /// one path (`refreshctl now --path`: the rest of the drive is not
+    /// known to be done).
+    fn finished(
+        &mut self,
+        r: super::round::RoundResult,
+        asked: bool,
+        one_path: bool,
+        s: &Settings,
+        now: Instant,
+    ) {
         if asked {
             self.req.refreshed = true;
         }
-        // Nothing rewritten: nothing to verify, and nothing to send the
-        // next round on before a sample says so.
-        self.nothing_left = r.refreshed.is_empty();
+        self.nothing_left = r.refreshed.is_empty() && !r.budget_cut && !one_path;
+        if self.nothing_left {
+            self.next_sample = self.next_sample.min(now + resample_soon(s));
+        }
         if !r.refreshed.is_empty() {
             self.verify = Some((r.refreshed, r.budget_cut));
         }

@@ -117,24 +117,6 @@ fn not_recovering_only_from_a_verification_of_rewritten_data() {
     assert_ne!(h.observe(&j(0.3)), HealthState::NotRecovering);
 }
 
-/// A verification that finds fresh data as slow as the rewritten (a
-/// loaded host, a link negotiated down) says what an ordinary round says
-/// of it: slow, not refreshed again. Left degraded, the drive would be
-/// sent straight back into a round with nothing left to rewrite.
-#[test]
-fn a_verification_of_a_slow_drive_says_slow() {
-    let mut h = Health::default();
-    h.observe(&j(0.3));
-    h.observe(&j(0.3));
-    assert!(h.wants_refresh());
-    let mut slow = j(1.1);
-    slow.slow = Some("fresh data reads as slowly as old data".into());
-    slow.score = None;
-    assert_eq!(h.verified(&slow, false), HealthState::Slow);
-    assert!(!h.wants_refresh());
-    assert_eq!(h.observe(&j(1.3)), HealthState::Healthy);
-}
-
 #[test]
 fn hovering_at_the_threshold_does_not_flap() {
     let mut h = Health::default();
