@@ -1,5 +1,15 @@
 use super::*;
 
+/// A `refreshctl now --force`, rescanned and sampled: next, a refresh.
+fn forced_sampled() -> Option<Request> {
+    Some(Request {
+        force: true,
+        rescanned: true,
+        samples: 1,
+        refreshed: false,
+    })
+}
+
 fn view() -> View {
     let now = Instant::now();
     View {
@@ -126,12 +136,7 @@ fn degraded_refreshes_inside_the_window_only_and_not_while_paused() {
     ));
     let paused = View {
         paused: true,
-        request: Some(Request {
-            force: true,
-            rescanned: true,
-            samples: 1,
-            refreshed: false,
-        }),
+        request: forced_sampled(),
         ..degraded
     };
     assert!(matches!(
@@ -200,12 +205,7 @@ fn a_spent_budget_holds_even_a_forced_request_and_says_why() {
         wants_refresh: true,
         budget_spent: true,
         refresh_not_before: v.now + Duration::from_secs(3600),
-        request: Some(Request {
-            force: true,
-            rescanned: true,
-            samples: 1,
-            refreshed: false,
-        }),
+        request: forced_sampled(),
         ..v
     };
     assert!(matches!(
@@ -245,12 +245,7 @@ fn a_refresh_that_failed_to_start_is_not_retried_at_once() {
 fn without_a_fleet_slot_nothing_is_refreshed_even_when_forced() {
     let v = view();
     let forced = View {
-        request: Some(Request {
-            force: true,
-            rescanned: true,
-            samples: 1,
-            refreshed: false,
-        }),
+        request: forced_sampled(),
         slot_wait: Some(Waiting::Slot),
         ..v
     };
@@ -311,12 +306,7 @@ fn a_round_that_rewrote_nothing_waits_for_new_evidence() {
     };
     assert_eq!(next_step(&sampled), Step::Sample { verify: false });
     let forced = View {
-        request: Some(Request {
-            force: true,
-            rescanned: true,
-            samples: 1,
-            refreshed: false,
-        }),
+        request: forced_sampled(),
         ..done
     };
     assert_eq!(next_step(&forced), Step::Refresh { forced: true });
