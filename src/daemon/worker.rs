@@ -203,12 +203,6 @@ impl Loop {
         let paused = cell.paused.load(Ordering::Relaxed);
         let budget_spent = self.budget_until.is_some_and(|t| Instant::now() < t);
         let forced = request.is_some_and(|r| r.force);
-        let wants_refresh_now = wants_refresh && !self.nothing_left;
-        let wanted = (wants_refresh_now || forced)
-            && in_window
-            && !paused
-            && !budget_spent
-            && Instant::now() >= self.refresh_not_before;
         let mut view = View {
             now: Instant::now(),
             stopping: shared.stopping(),
@@ -225,11 +219,13 @@ impl Loop {
             budget_spent,
             slot_wait: None,
         };
+        // What the step decides on too (`View::degraded_with_work`).
+        let asks = view.degraded_with_work() || forced;
+        let wanted =
+            asks && in_window && !paused && !budget_spent && view.now >= self.refresh_not_before;
         let next = matches!(next_step(&view), Step::Refresh { .. });
         view.slot_wait = self.slot.wait_reason(shared, cell, wanted, next);
-        cell.lock().waiting = (wants_refresh_now || forced)
-            .then(|| step::waiting(&view))
-            .flatten();
+        cell.lock().waiting = asks.then(|| step::waiting(&view)).flatten();
         (view, request.map(|_| Asked { only }))
     }
 
@@ -355,7 +351,7 @@ impl Loop {
         if !r.refreshed.is_empty() {
             self.verify = Some((r.refreshed, r.budget_cut));
         }
-        self.next_scan = Instant::now();
+        self.next_scan = now;
         if r.budget_cut {
             // Degraded (budget): the rest the next UTC day.
             let t = next_utc_day();

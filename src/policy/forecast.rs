@@ -101,10 +101,6 @@ pub const MAX_ROUNDS: usize = 128;
 /// 0.2 % of a month, far inside a round's noise; set back by more, the
 /// rounds after it leave the fit, set aside ([`History::add_readings`]).
 pub const CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(3600);
-
-fn tolerance_secs() -> i64 {
-    CLOCK_STEP_TOLERANCE.as_secs() as i64
-}
 /// Two points tell a slope when their ages differ by this factor.
 pub const MIN_AGE_SPREAD: f64 = 1.02;
 
@@ -211,7 +207,8 @@ impl History {
     /// The window now ends at `at` (see [`History::add_readings`]).
     fn move_window(&mut self, at: i64) {
         let window = FIT_WINDOW.as_secs() as i64;
-        let ahead = |r: &Round| r.at > at.saturating_add(tolerance_secs());
+        let tolerance = CLOCK_STEP_TOLERANCE.as_secs() as i64;
+        let ahead = |r: &Round| r.at > at.saturating_add(tolerance);
         let in_window = |r: &Round| r.at > at.saturating_sub(window) && !ahead(r);
         let newest = self.rounds.iter().map(|r| r.at).max();
         let jumped = newest.is_some_and(|n| at.saturating_sub(n) >= window);
