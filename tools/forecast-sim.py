@@ -66,9 +66,9 @@ def median(v):
 def months_until_excess_1(points, age):
     """The code's fit and its crossing of excess 1 (half of fresh), with
     its rule for a slope the points cannot tell from their noise (Sen's
-    ~95 % range of the slope holds 0; one pair's slope is bounded by
-    nothing above): no forecast (None) unless even the steepest slope in
-    the range stays above the floor (math.inf: "not
+    ~95 % range of the slope holds 0; fewer than five points' slopes
+    are bounded by nothing above): no forecast (None) unless even the
+    steepest slope in the range stays above the floor (math.inf: "not
     within the horizon", as is a slope at or below 0)."""
     xs = [(math.log(a), math.log(e)) for a, e in points]
     slopes = sorted((q[1] - p[1]) / (q[0] - p[0])
@@ -81,8 +81,8 @@ def months_until_excess_1(points, age):
     last = len(slopes) - 1
     upper = min(math.ceil((len(slopes) + c) / 2), last)
     lo, hi = slopes[last - upper], slopes[upper]
-    if len(slopes) == 1:
-        lo, hi = slopes[0], math.inf  # one pair bounds nothing above
+    if n < 5:
+        hi = math.inf  # fewer than 5 points bound nothing above
 
     def crossing(k):
         ln_c = median([y - k * x for x, y in xs])

@@ -38,8 +38,9 @@
 //! floors is below now, and where the fit puts the data below already but
 //! the round measured it above, it crosses "within the hour". Beyond
 //! that, a forecast needs a slope its points tell from their noise: the
-//! range of slopes they allow ([`Trend`]; with one pair its one slope,
-//! which bounds nothing above: a falling one gives no forecast) lies
+//! range of slopes they allow ([`Trend`]; from fewer than
+//! [`REASSURING_POINTS`] points nothing bounds it above: falling slopes
+//! give no forecast) lies
 //! above 0.
 //! When it holds 0, "not within the horizon" is said only if even its
 //! steepest slope keeps the drive above its floors; otherwise there is no
@@ -103,6 +104,15 @@ pub const MAX_ROUNDS: usize = 128;
 pub const CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(3600);
 /// Two points tell a slope when their ages differ by this factor.
 pub const MIN_AGE_SPREAD: f64 = 1.02;
+/// Fewer points than this bound no slope above, however their pair
+/// slopes fall: with no trend at all, n points' slopes all fall together
+/// by chance once in n! (once in 6 for three points, in 24 for four, in
+/// 120 for five: under the 2.5 % a side of Sen's ~95 % range first at
+/// five, where that range is the least and the greatest slope). A falling
+/// slope from fewer gives no forecast, never "not degraded within 3
+/// years" (three noisy rounds at 0.85–0.91 months on the testbed fitted
+/// age^-2.2 and said so 21 days before the drive degraded, 2026-11-27).
+pub const REASSURING_POINTS: usize = 5;
 
 /// One age bucket of one round: its data's mean age and its excess.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -299,15 +309,15 @@ pub struct Trend {
     /// the (M2+1)-th, M1,2 = (N ∓ 1.96·σ)/2, σ² = n(n−1)(2n+5)/18 (the
     /// variance of Kendall's S with no trend, n points; σ counts every
     /// point though pairs closer than [`MIN_AGE_SPREAD`] give no slope,
-    /// which widens the range a little). With 3 to 5 points it is the least
-    /// and the greatest slope: every pair must slow down with age. With one
-    /// pair far enough apart in age (2 points, or 3 rounds a few hours
-    /// apart of which only the first and last differ by
-    /// [`MIN_AGE_SPREAD`]) it is their one slope up to any steeper
-    /// (`f64::INFINITY`): a rising slope gives a forecast (a one-round
-    /// survey of two age buckets: the warning is worth giving), a falling
-    /// one no forecast, never "not within the horizon" (one noisy pair says
-    /// nothing of the drive's 3 years).
+    /// which widens the range a little). With 5 points it is the least and
+    /// the greatest slope: every pair must slow down with age. With fewer
+    /// than [`REASSURING_POINTS`] (two, three rounds a few hours apart of
+    /// which only the first and last differ by [`MIN_AGE_SPREAD`], four)
+    /// it is their least slope up to any steeper (`f64::INFINITY`): rising
+    /// slopes give a forecast (a one-round survey of two age buckets: the
+    /// warning is worth giving), falling ones no forecast, never "not
+    /// within the horizon" (a few noisy points say nothing of the drive's
+    /// 3 years).
     pub k_range: (f64, f64),
     xs: Vec<(f64, f64)>,
 }
@@ -341,11 +351,12 @@ pub fn trend(points: &[AgePoint]) -> Option<Trend> {
     // 0-based: the (M2+1)-th is at M2, rounded outwards; the M1-th as far
     // from the other end.
     let upper = (((slopes.len() as f64 + c) / 2.0).ceil() as usize).min(last);
-    let k_range = if slopes.len() == 1 {
-        (k, f64::INFINITY)
+    let highest = if xs.len() < REASSURING_POINTS {
+        f64::INFINITY
     } else {
-        (slopes[last - upper], slopes[upper])
+        slopes[upper]
     };
+    let k_range = (slopes[last - upper], highest);
     Some(Trend {
         fit: Fit::through(&xs, k)?,
         k_range,

@@ -553,6 +553,41 @@ fn one_pair_of_three_points_never_reassures() {
     );
 }
 
+/// Three rounds of data 0.85–0.91 months old, each a little faster than
+/// the one before (noise near the 5 % a point needs): two falling pair
+/// slopes, the least and the greatest of Sen's range for three points. On
+/// them alone the forecast said "not degraded within 3 years", 21 days
+/// before the testbed's drive degraded. Three points' slopes all fall by
+/// chance once in six: no forecast. Five such points are evidence.
+#[test]
+fn a_few_falling_points_never_reassure() {
+    let rounds = |points: &[(f64, f64)]| {
+        let mut h = History::default();
+        for &(months, excess) in points {
+            h.add_readings(FRESH, vec![(months, FRESH / (1.0 + excess))], at(months));
+        }
+        let last = points.last().unwrap().0;
+        (
+            trend(&h.points()).unwrap(),
+            forecast(&h, &sample_of(last), &above(), STALE_AFTER, th(0.5)),
+        )
+    };
+    let (t, f) = rounds(&[(0.850, 0.080), (0.899, 0.062), (0.907, 0.060)]);
+    assert!(t.k_range.0 < 0.0, "{t:?}");
+    assert_eq!(t.k_range.1, f64::INFINITY, "{t:?}");
+    assert_eq!(f, None);
+    let five = [
+        (0.80, 0.090),
+        (0.85, 0.080),
+        (0.90, 0.070),
+        (0.95, 0.065),
+        (1.00, 0.060),
+    ];
+    let (t, f) = rounds(&five);
+    assert!(t.k_range.1 < 0.0, "{t:?}");
+    assert_eq!(f.unwrap().words(), "not degraded within 3 years");
+}
+
 /// A round whose buckets hold no bytes has nothing to forecast.
 #[test]
 fn no_bytes_no_forecast() {
