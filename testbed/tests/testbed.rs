@@ -188,6 +188,24 @@ fn privileged_eio_ranges_fail_reads_and_writes_into_them_are_logged() {
     assert_eq!(s.read_errors, 1);
 }
 
+/// A drive just built is quiet: nothing discards behind the tests' back.
+/// ext4's lazy inode-table init would zero the tables after the mount
+/// (one zero-range per group, starting up to 5 s later), and every
+/// discard cures a fade: CI once saw a faded drive read at full speed
+/// for a minute because lazy init ran after the fade was set.
+#[test]
+fn privileged_a_new_drive_discards_nothing_after_the_mount() {
+    if !privileged("privileged_a_new_drive_discards_nothing_after_the_mount") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = drive(tmp.path(), "none", 4);
+    let before = d.stats().discards;
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    let after = d.stats().discards;
+    assert_eq!(after, before, "discards after the mount");
+}
+
 fn agingssd() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_agingssd"))
 }
