@@ -334,3 +334,75 @@ fn a_restart_keeps_the_rounds(daemon: crate::daemon_harness::Daemon) {
         daemon.log()
     );
 }
+
+/// A state directory that fills up: the write of a drive's rounds fails
+/// with the database's "full" (the daemon logs it and forecasts on from
+/// the rounds it holds, writing them all again after its next round),
+/// and the rounds kept before are still there, whole; once there is room
+/// the next write keeps the new ones. One statement replaces the rounds:
+/// written as a delete and an insert, the delete fits in the room left
+/// and the failed insert leaves none (checked).
+#[test]
+fn privileged_a_full_state_dir_keeps_the_rounds_it_had() {
+    if !privileged("privileged_a_full_state_dir_keeps_the_rounds_it_had") {
+        return;
+    }
+    let fs = LoopFs::new("ext4", 16);
+    let state = fs.path("state");
+    let rounds = |n: i64| {
+        let mut h = forecast::History::default();
+        for i in 0..n {
+            let buckets = (0..8)
+                .map(|b| (0.9 + 0.05 * b as f64, 3e8 - b as f64))
+                .collect();
+            h.add_readings(5e8, buckets, 1_000 + i * 3_600);
+        }
+        h.to_json()
+    };
+    let (before, after) = (rounds(1), rounds(128));
+    // 29 KB: more pages than the room left below (16 KiB) holds.
+    assert!(after.len() > 16 << 10, "{}", after.len());
+    let store = Store::open(&state).unwrap();
+    store.keep_forecast_rounds("wwn-a", &before).unwrap();
+    // Every block the filesystem has left, root's reserve included.
+    let filler = fs.path("filler");
+    fill_up(&filler);
+    // Room for a few pages, not for the rounds.
+    let len = std::fs::metadata(&filler).unwrap().len();
+    std::fs::File::options()
+        .write(true)
+        .open(&filler)
+        .unwrap()
+        .set_len(len - (16 << 10))
+        .unwrap();
+    let err = store.keep_forecast_rounds("wwn-a", &after).unwrap_err();
+    assert!(err.to_string().contains("full"), "{err}");
+    let kept = store.forecast_rounds("wwn-a").unwrap();
+    assert_eq!(kept.as_deref(), Some(before.as_str()), "the rounds before");
+    std::fs::remove_file(&filler).unwrap();
+    store.keep_forecast_rounds("wwn-a", &after).unwrap();
+    drop(store);
+    let store = Store::open(&state).unwrap();
+    let kept = store.forecast_rounds("wwn-a").unwrap();
+    assert_eq!(kept.as_deref(), Some(after.as_str()), "the rounds after");
+}
+
+/// Writes `path` until its filesystem has no block left: written data is
+/// synced before it is tried again, since the space held for data not yet
+/// written back makes a write fail early.
+fn fill_up(path: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap();
+    let block = vec![0u8; 4096];
+    let mut refused = 0;
+    while refused < 2 {
+        match f.write_all(&block) {
+            Ok(()) => refused = 0,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                refused += 1;
+                f.sync_all().unwrap_or_else(|e| panic!("{e}"));
+            }
+            Err(e) => panic!("filling {}: {e}", path.display()),
+        }
+    }
+}
