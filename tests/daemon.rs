@@ -90,6 +90,42 @@ fn privileged_daemon_finds_and_fixes_a_degraded_drive() {
     assert_eq!(before, now, "contents, layout and times unchanged");
 }
 
+/// A degraded drive whose stale files may not be rewritten (here all
+/// immutable) gets rounds that rewrite nothing; status says so beside the
+/// state, `degraded (nothing_left)`, instead of a bare `degraded` with no
+/// progress, and nothing is written.
+#[test]
+fn privileged_a_degraded_drive_with_nothing_it_may_rewrite_says_so() {
+    if !privileged("privileged_a_degraded_drive_with_nothing_it_may_rewrite_says_so") {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = drive(tmp.path(), "840evo");
+    let tree = d.path("index");
+    let files = stale_files(&tree, 2, 16, 5);
+    d.sync().unwrap();
+    d.age(6.0);
+    let _immutable: Vec<Chattr> = files.iter().map(|p| Chattr::set(p, "i")).collect();
+    let before: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
+    let port = free_port();
+    let cfg = config(tmp.path(), &tree, port, "");
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    // Its rounds and samples alternate: the table is read until a read
+    // lands between them.
+    let mut text = String::new();
+    daemon.wait_for("degraded (nothing_left) in the table", 90, |dm| {
+        text = dm.ctl(&["status"]).1;
+        text.contains("degraded (nothing_left)")
+    });
+    assert!(text.contains("found nothing it could rewrite"), "{text}");
+    let dev = d.loop_dev.trim_start_matches("/dev/").to_string();
+    let refreshed = format!("refreshd_refreshed_bytes_total{{device=\"{dev}\"}}");
+    assert_eq!(metric(&daemon.metrics(), &refreshed).unwrap_or(0.0), 0.0);
+    drop(daemon);
+    let now: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
+    assert_eq!(before, now, "contents, layout and times unchanged");
+}
+
 #[test]
 fn privileged_daemon_leaves_a_fresh_drive_alone() {
     if !privileged("privileged_daemon_leaves_a_fresh_drive_alone") {

@@ -23,6 +23,10 @@ pub enum Waiting {
     Slot,
     /// etcd cannot be reached (or refused the group).
     Etcd,
+    /// Degraded, and the last round found nothing it could rewrite
+    /// (everything stale refreshed, skipped or failed): no round again
+    /// before the next sample.
+    NothingLeft,
     /// A reason this refreshctl does not know.
     #[serde(other)]
     Other,
@@ -39,6 +43,7 @@ impl Waiting {
             Waiting::Health => "health",
             Waiting::Slot => "slot",
             Waiting::Etcd => "etcd",
+            Waiting::NothingLeft => "nothing_left",
             Waiting::Other => "other",
         }
     }
@@ -55,6 +60,11 @@ impl Waiting {
             Waiting::Health => "the health gate says no: the refresh waits (see status)",
             Waiting::Slot => "waiting for a slot in the fleet group",
             Waiting::Etcd => "etcd cannot be reached: not refreshing until it can (see status)",
+            Waiting::NothingLeft => {
+                "the last round found nothing it could rewrite (every stale file refreshed, \
+                 skipped or failed: see the log and `refreshctl plan`); it measures again \
+                 within sample_interval/6"
+            }
             Waiting::Other => "waiting (this refreshctl is older than the daemon)",
         }
     }

@@ -92,12 +92,16 @@ pub enum Step {
 pub const SLOT_POLL: Duration = Duration::from_secs(1);
 
 /// Why a wanted refresh cannot start now, first reason first (`None`: it
-/// can, or it waits out the pause after a failure, which has no word).
+/// can, or it waits out the pause after a failure, which has no word);
+/// for a degraded drive whose last round found nothing it could rewrite,
+/// that (no refresh is wanted before the next sample).
 pub fn waiting(v: &View) -> Option<Waiting> {
     if v.paused {
         Some(Waiting::Paused)
     } else if !v.in_window {
         Some(Waiting::Window)
+    } else if v.nothing_left && !v.request.is_some_and(|r| r.force) {
+        Some(Waiting::NothingLeft)
     } else if v.now < v.refresh_not_before {
         v.budget_spent.then_some(Waiting::Budget)
     } else {

@@ -225,7 +225,9 @@ impl Loop {
             asks && in_window && !paused && !budget_spent && view.now >= self.refresh_not_before;
         let next = matches!(next_step(&view), Step::Refresh { .. });
         view.slot_wait = self.slot.wait_reason(shared, cell, wanted, next);
-        cell.lock().waiting = asks.then(|| step::waiting(&view)).flatten();
+        // A degraded drive with nothing left says so too.
+        let says = asks || view.wants_refresh;
+        cell.lock().waiting = says.then(|| step::waiting(&view)).flatten();
         (view, request.map(|_| Asked { only }))
     }
 

@@ -310,4 +310,14 @@ fn a_round_that_rewrote_nothing_waits_for_new_evidence() {
         ..done
     };
     assert_eq!(next_step(&forced), Step::Refresh { forced: true });
+    // Status says why nothing happens; not for the forced request, nor
+    // before the round (the drive has work), nor over a pause.
+    assert_eq!(waiting(&done), Some(Waiting::NothingLeft));
+    assert_eq!(waiting(&forced), None);
+    assert_eq!(waiting(&degraded), None);
+    let paused = View {
+        paused: true,
+        ..done
+    };
+    assert_eq!(waiting(&paused), Some(Waiting::Paused));
 }
