@@ -67,9 +67,10 @@ def months_until_excess_1(points, age):
     """The code's fit and its crossing of excess 1 (half of fresh), with
     its rule for a slope the points cannot tell from their noise (Sen's
     ~95 % range of the slope holds 0; fewer than five points' slopes
-    are bounded by nothing above): no forecast (None) unless even the
-    steepest slope in the range stays above the floor (math.inf: "not
-    within the horizon", as is a slope at or below 0)."""
+    are bounded by nothing above), or its median slope crosses beyond the
+    horizon: no forecast (None) unless even the steepest slope in the
+    range stays above the floor (math.inf: "not within the horizon", as
+    is a slope at or below 0)."""
     xs = [(math.log(a), math.log(e)) for a, e in points]
     slopes = sorted((q[1] - p[1]) / (q[0] - p[0])
                     for i, p in enumerate(xs) for q in xs[i + 1:]
@@ -90,7 +91,7 @@ def months_until_excess_1(points, age):
             return math.inf
         return max(0.0, math.exp(-ln_c / k) - age)
 
-    if lo > 0:
+    if lo > 0 and math.isfinite(crossing(median(slopes))):
         return crossing(median(slopes))
     if hi <= 0:
         return math.inf
