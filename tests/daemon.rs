@@ -117,7 +117,12 @@ fn privileged_a_degraded_drive_with_nothing_it_may_rewrite_says_so() {
         text = dm.ctl(&["status"]).1;
         text.contains("degraded (nothing_left)")
     });
-    assert!(text.contains("found nothing it could rewrite"), "{text}");
+    assert!(text.contains("the last round rewrote nothing"), "{text}");
+    // And the round's counts, which say why.
+    assert!(
+        text.contains("last round (") && text.contains("2 skipped"),
+        "{text}"
+    );
     let dev = d.loop_dev.trim_start_matches("/dev/").to_string();
     let refreshed = format!("refreshd_refreshed_bytes_total{{device=\"{dev}\"}}");
     assert_eq!(metric(&daemon.metrics(), &refreshed).unwrap_or(0.0), 0.0);

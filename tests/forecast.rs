@@ -336,10 +336,11 @@ fn a_restart_keeps_the_rounds(daemon: crate::daemon_harness::Daemon) {
 }
 
 /// A state directory that fills up: the write of a drive's rounds fails
-/// with the database's "full" (the daemon logs it and forecasts on from
-/// the rounds it holds, writing them all again after its next round),
-/// and the rounds kept before are still there, whole; once there is room
-/// the next write keeps the new ones. One statement replaces the rounds:
+/// with the database's "full", and the rounds kept before are still
+/// there, whole; once there is room the next write keeps the new ones.
+/// (The daemon logs the failure and forecasts on from the rounds it
+/// holds; it writes them all again after its next round that adds one,
+/// `DriveStatus::rounds_to_keep`: not tested here.) One statement replaces the rounds:
 /// written as a delete and an insert, the delete fits in the room left
 /// and the failed insert leaves none (checked).
 #[test]

@@ -61,9 +61,9 @@ impl Waiting {
             Waiting::Slot => "waiting for a slot in the fleet group",
             Waiting::Etcd => "etcd cannot be reached: not refreshing until it can (see status)",
             Waiting::NothingLeft => {
-                "the last round found nothing it could rewrite (every stale file refreshed, \
-                 skipped or failed: see the log and `refreshctl plan`); it measures again \
-                 within sample_interval/6"
+                "the last round rewrote nothing (its stale files recently refreshed, \
+                 skipped, in use or failed: see the log); no new round before the next \
+                 sample, due within sample_interval/6"
             }
             Waiting::Other => "waiting (this refreshctl is older than the daemon)",
         }
@@ -109,6 +109,7 @@ mod tests {
             Waiting::Health,
             Waiting::Slot,
             Waiting::Etcd,
+            Waiting::NothingLeft,
         ] {
             let json = serde_json::to_value(w).unwrap();
             assert_eq!(json, w.word());

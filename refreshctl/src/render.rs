@@ -6,7 +6,7 @@ use refreshd_protocol::replies::{
     CoordinationReply, DriveEntry, DriveStatusReply, NowAccepted, PlanReply, SampleRecord,
     SlotReply, StatusReply, SurveyReply,
 };
-use refreshd_protocol::state::SlotState;
+use refreshd_protocol::state::{SlotState, Waiting};
 use refreshd_protocol::units::format_size;
 
 fn mbps(b: Option<f64>) -> String {
@@ -148,12 +148,12 @@ fn drive_notes(out: &mut String, d: &DriveStatusReply, pad: &str) {
     if let Some(slot) = &d.slot {
         note(slot_line(slot));
     }
-    // A last round that did not do all it planned says so.
-    if let Some(r) = d
-        .last_round
-        .as_ref()
-        .filter(|r| d.refresh.is_none() && (!r.finished || r.failed + r.interrupted > 0))
-    {
+    // A last round that did not do all it planned says so, as does one
+    // that rewrote nothing (its counts say why: skipped, in use, …).
+    let rewrote_nothing = d.waiting == Some(Waiting::NothingLeft);
+    if let Some(r) = d.last_round.as_ref().filter(|r| {
+        d.refresh.is_none() && (!r.finished || r.failed + r.interrupted > 0 || rewrote_nothing)
+    }) {
         let end = match (&r.stopped, r.finished) {
             (Some(why), false) => format!(", stopped ({why})"),
             _ => String::new(),

@@ -167,7 +167,8 @@ pub struct DriveStatus {
     pub last_round: Option<RoundSummary>,
     /// Why a wanted refresh is not running now: "budget" (the daily budget
     /// is spent: it continues the next UTC day), "window", "paused", and
-    /// with a fleet "host", "health", "slot", "etcd".
+    /// with a fleet "host", "health", "slot", "etcd"; or why a degraded
+    /// drive wants none before its next sample: "nothing_left".
     pub waiting: Option<crate::protocol::state::Waiting>,
     /// `now` requests received and completed (for `--wait`).
     pub requests: u64,

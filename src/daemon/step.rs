@@ -81,7 +81,8 @@ pub enum Step {
     /// The request needs no refresh: it is done.
     Answer,
     /// Sleep this long at most (a poke wakes earlier); `why` a wanted
-    /// refresh waits (what `status` shows).
+    /// refresh waits (what `status` shows, which also says `nothing_left`
+    /// for a drive that wants none before its next sample).
     Wait {
         at_most: Duration,
         why: Option<Waiting>,
@@ -94,13 +95,14 @@ pub const SLOT_POLL: Duration = Duration::from_secs(1);
 /// Why a wanted refresh cannot start now, first reason first (`None`: it
 /// can, or it waits out the pause after a failure, which has no word);
 /// for a degraded drive whose last round found nothing it could rewrite,
-/// that (no refresh is wanted before the next sample).
+/// that (no refresh is wanted before the next sample), unless a request
+/// is on its way (it samples first, and the sample clears it).
 pub fn waiting(v: &View) -> Option<Waiting> {
     if v.paused {
         Some(Waiting::Paused)
     } else if !v.in_window {
         Some(Waiting::Window)
-    } else if v.nothing_left && !v.request.is_some_and(|r| r.force) {
+    } else if v.nothing_left && v.request.is_none() {
         Some(Waiting::NothingLeft)
     } else if v.now < v.refresh_not_before {
         v.budget_spent.then_some(Waiting::Budget)

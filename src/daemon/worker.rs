@@ -89,7 +89,13 @@ fn request_outcome(
         if let Some(why) = sm.stopped.as_deref().filter(|_| !sm.finished) {
             line.push_str(&format!("; stopped: {why}"));
         }
-        return format!("{line}; verified: {state}");
+        // Nothing rewritten is nothing verified: the drive's state.
+        let verified = if sm.refreshed > 0 {
+            "verified"
+        } else {
+            "the drive is"
+        };
+        return format!("{line}; {verified}: {state}");
     }
     if r.refreshed {
         let p = &st.plan;

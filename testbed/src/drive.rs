@@ -100,9 +100,10 @@ impl Drive {
     pub fn up(dir: &Path, opts: &DriveOptions) -> Result<Drive> {
         preflight()?;
         let mkfs: Vec<&str> = match opts.fs.as_str() {
-            // Inode tables and journal zeroed now, not by ext4's lazy init
-            // after the mount: its zero-ranges are discards, and a discard
-            // at a random later moment cures a fade a test has just set.
+            // Inode tables zeroed by mkfs, not by ext4's lazy init after
+            // the mount: its zero-ranges are discards, and a discard at a
+            // random later moment cures a fade a test has just set (the
+            // journal too, by mkfs, at the cost of one zero-range).
             "ext4" => vec![
                 "mkfs.ext4",
                 "-q",

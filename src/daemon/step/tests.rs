@@ -310,14 +310,34 @@ fn a_round_that_rewrote_nothing_waits_for_new_evidence() {
         ..done
     };
     assert_eq!(next_step(&forced), Step::Refresh { forced: true });
-    // Status says why nothing happens; not for the forced request, nor
-    // before the round (the drive has work), nor over a pause.
+    // Status says why nothing happens; not before the round (the drive
+    // has work), nor while a request is on its way (its sample comes
+    // first), forced or not.
     assert_eq!(waiting(&done), Some(Waiting::NothingLeft));
-    assert_eq!(waiting(&forced), None);
     assert_eq!(waiting(&degraded), None);
+    assert_eq!(waiting(&forced), None);
+    let asked = View {
+        request: Some(Request::default()),
+        ..done
+    };
+    assert_eq!(waiting(&asked), None);
+    // Pause and window first; before the budget and the fleet's slot
+    // (no refresh is wanted, so neither holds it back).
     let paused = View {
         paused: true,
         ..done
     };
     assert_eq!(waiting(&paused), Some(Waiting::Paused));
+    let outside = View {
+        in_window: false,
+        ..done
+    };
+    assert_eq!(waiting(&outside), Some(Waiting::Window));
+    let spent = View {
+        budget_spent: true,
+        refresh_not_before: v.now + Duration::from_secs(3600),
+        slot_wait: Some(Waiting::Slot),
+        ..done
+    };
+    assert_eq!(waiting(&spent), Some(Waiting::NothingLeft));
 }
