@@ -63,9 +63,12 @@ fn privileged_aged_blocks_read_slower_by_the_model_factor() {
     write_file(&f, 64, 3);
     d.sync().unwrap();
     drop_caches();
-    let fresh = bulk_read(&f).unwrap();
+    // The best of three each: this VM's noise only ever slows a read down
+    // (CI once read the fresh data at 91 MB/s, a ratio of 13.2 for 9.6).
+    let best = |f: &Path| (0..3).map(|_| bulk_read(f).unwrap()).fold(0f64, f64::max);
+    let fresh = best(&f);
     d.age(6.0);
-    let aged = bulk_read(&f).unwrap();
+    let aged = best(&f);
     let model = d.state.model.bulk_factor(6.0);
     let ratio = fresh / aged;
     eprintln!(
@@ -80,8 +83,7 @@ fn privileged_aged_blocks_read_slower_by_the_model_factor() {
     // A fresh write makes the data fast again.
     write_file(&f, 64, 4);
     d.sync().unwrap();
-    // The best of three: this VM's noise only ever slows a read down.
-    let rewritten = (0..3).map(|_| bulk_read(&f).unwrap()).fold(0f64, f64::max);
+    let rewritten = best(&f);
     assert!(
         rewritten > fresh * 0.8,
         "rewritten {rewritten} vs fresh {fresh}"
@@ -198,6 +200,9 @@ fn privileged_a_new_drive_discards_nothing_after_the_mount() {
     if !privileged("privileged_a_new_drive_discards_nothing_after_the_mount") {
         return;
     }
+    // A drive being built (mkfs, the FUSE server) beside a timed test
+    // slows its reads.
+    let _serial = timing_lock();
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let d = drive(tmp.path(), "none", 4);
     let before = d.stats().discards;
