@@ -63,12 +63,18 @@ fn privileged_aged_blocks_read_slower_by_the_model_factor() {
     write_file(&f, 64, 3);
     d.sync().unwrap();
     drop_caches();
-    // The best of three each: this VM's noise only ever slows a read down
-    // (CI once read the fresh data at 91 MB/s, a ratio of 13.2 for 9.6).
-    let best = |f: &Path| (0..3).map(|_| bulk_read(f).unwrap()).fold(0f64, f64::max);
-    let fresh = best(&f);
+    // The median of three each: one read runs at either of two speeds
+    // (quiet host: fresh 47 or 90 MB/s, aged 5.2 or 10.2, the ratio 8.9–9.1
+    // when both ran alike), and CI once got fresh 91 with aged 6.9, a
+    // ratio of 13.2 for the model's 9.6.
+    let median = |f: &Path| {
+        let mut v: Vec<f64> = (0..3).map(|_| bulk_read(f).unwrap()).collect();
+        v.sort_by(f64::total_cmp);
+        v[1]
+    };
+    let fresh = median(&f);
     d.age(6.0);
-    let aged = best(&f);
+    let aged = median(&f);
     let model = d.state.model.bulk_factor(6.0);
     let ratio = fresh / aged;
     eprintln!(
@@ -83,7 +89,7 @@ fn privileged_aged_blocks_read_slower_by_the_model_factor() {
     // A fresh write makes the data fast again.
     write_file(&f, 64, 4);
     d.sync().unwrap();
-    let rewritten = best(&f);
+    let rewritten = median(&f);
     assert!(
         rewritten > fresh * 0.8,
         "rewritten {rewritten} vs fresh {fresh}"
