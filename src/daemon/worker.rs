@@ -232,7 +232,7 @@ impl Loop {
         let next = matches!(next_step(&view), Step::Refresh { .. });
         view.slot_wait = self.slot.wait_reason(shared, cell, wanted, next);
         // A degraded drive with nothing left says so too.
-        let says = asks || view.wants_refresh;
+        let says = view.wants_refresh || forced;
         cell.lock().waiting = says.then(|| step::waiting(&view)).flatten();
         (view, request.map(|_| Asked { only }))
     }

@@ -553,6 +553,20 @@ fn one_pair_of_three_points_never_reassures() {
     );
 }
 
+/// One round per (months, excess) point: the trend of their points and
+/// the forecast after the last, its data healthy now.
+fn rounds_of(points: &[(f64, f64)]) -> (Trend, Option<Forecast>) {
+    let mut h = History::default();
+    for &(months, excess) in points {
+        h.add_readings(FRESH, vec![(months, FRESH / (1.0 + excess))], at(months));
+    }
+    let last = points.last().unwrap().0;
+    (
+        trend(&h.points()).unwrap(),
+        forecast(&h, &sample_of(last), &above(), STALE_AFTER, th(0.5)),
+    )
+}
+
 /// Three rounds of data 0.85–0.91 months old, each a little faster than
 /// the one before (noise near the 5 % a point needs): two falling pair
 /// slopes, the least and the greatest of Sen's range for three points. On
@@ -561,18 +575,7 @@ fn one_pair_of_three_points_never_reassures() {
 /// chance once in six: no forecast. Five such points are evidence.
 #[test]
 fn a_few_falling_points_never_reassure() {
-    let rounds = |points: &[(f64, f64)]| {
-        let mut h = History::default();
-        for &(months, excess) in points {
-            h.add_readings(FRESH, vec![(months, FRESH / (1.0 + excess))], at(months));
-        }
-        let last = points.last().unwrap().0;
-        (
-            trend(&h.points()).unwrap(),
-            forecast(&h, &sample_of(last), &above(), STALE_AFTER, th(0.5)),
-        )
-    };
-    let (t, f) = rounds(&[(0.850, 0.080), (0.899, 0.062), (0.907, 0.060)]);
+    let (t, f) = rounds_of(&[(0.850, 0.080), (0.899, 0.062), (0.907, 0.060)]);
     assert!(t.k_range.0 < 0.0, "{t:?}");
     assert_eq!(t.k_range.1, f64::INFINITY, "{t:?}");
     assert_eq!(f, None);
@@ -583,7 +586,7 @@ fn a_few_falling_points_never_reassure() {
         (0.95, 0.065),
         (1.00, 0.060),
     ];
-    let (t, f) = rounds(&five);
+    let (t, f) = rounds_of(&five);
     assert!(t.k_range.1 < 0.0, "{t:?}");
     assert_eq!(f.unwrap().words(), "not degraded within 3 years");
 }
@@ -597,16 +600,11 @@ fn a_few_falling_points_never_reassure() {
 #[test]
 fn a_few_shallow_rising_points_never_reassure() {
     let rounds = |ages: &[f64]| {
-        let mut h = History::default();
-        for &months in ages {
-            let excess = 0.06 * (months / 0.8f64).powf(0.3);
-            h.add_readings(FRESH, vec![(months, FRESH / (1.0 + excess))], at(months));
-        }
-        let last = *ages.last().unwrap();
-        (
-            trend(&h.points()).unwrap(),
-            forecast(&h, &sample_of(last), &above(), STALE_AFTER, th(0.5)),
-        )
+        let line: Vec<(f64, f64)> = ages
+            .iter()
+            .map(|&months| (months, 0.06 * (months / 0.8f64).powf(0.3)))
+            .collect();
+        rounds_of(&line)
     };
     let (t, f) = rounds(&[0.85, 0.90, 0.95]);
     assert!(t.k_range.0 > 0.0 && t.fit.k < 1.0, "{t:?}");
