@@ -217,6 +217,41 @@ fn privileged_a_new_drive_discards_nothing_after_the_mount() {
     assert_eq!(after, before, "discards after the mount");
 }
 
+/// No filesystem of the testbed discards online: btrfs turns on
+/// `discard=async` by itself (since Linux 6.2) on a device that takes
+/// discards, as the loop device over the image does, and would then cure
+/// a fade at a moment of its own choosing (its async discards come up to
+/// minutes after a delete). The kernel's own account of each mount says.
+#[test]
+fn privileged_no_filesystem_of_the_testbed_discards_online() {
+    if !privileged("privileged_no_filesystem_of_the_testbed_discards_online") {
+        return;
+    }
+    let _serial = timing_lock();
+    for fs in ["ext4", "xfs", "btrfs"] {
+        let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+        let opts = DriveOptions {
+            size: 512 << 20,
+            fs: fs.into(),
+            model: Model::preset("none").unwrap(),
+            channels: 4,
+            ..DriveOptions::default()
+        };
+        let d = Drive::up(tmp.path(), &opts).unwrap();
+        let mnt = d.path("").canonicalize().unwrap();
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+        let line = mounts
+            .lines()
+            .find(|l| l.split(' ').nth(1) == mnt.to_str())
+            .unwrap_or_else(|| panic!("{fs}: {} not in /proc/mounts", mnt.display()));
+        let options = line.split(' ').nth(3).unwrap();
+        assert!(
+            !options.split(',').any(|o| o.starts_with("discard")),
+            "{fs} mounted with online discard: {line}"
+        );
+    }
+}
+
 fn agingssd() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_agingssd"))
 }
