@@ -66,7 +66,7 @@ def median(v):
 def months_until_excess_1(points, age):
     """The code's fit and its crossing of excess 1 (half of fresh), with
     its rule for a slope the points cannot tell from their noise (Sen's
-    ~95 % range of the slope holds 0; fewer than five points' slopes
+    ~95 % range of the slope holds 0; fewer than ten points' slopes
     are bounded by nothing above), or its median slope crosses beyond the
     horizon: no forecast (None) unless even the steepest slope in the
     range stays above the floor (math.inf: "not within the horizon", as
@@ -82,8 +82,8 @@ def months_until_excess_1(points, age):
     last = len(slopes) - 1
     upper = min(math.ceil((len(slopes) + c) / 2), last)
     lo, hi = slopes[last - upper], slopes[upper]
-    if n < 5:
-        hi = math.inf  # fewer than 5 points bound nothing above
+    if n < 10:
+        hi = math.inf  # fewer than 10 points bound nothing above
 
     def crossing(k):
         ln_c = median([y - k * x for x, y in xs])

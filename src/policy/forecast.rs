@@ -112,7 +112,17 @@ pub const MIN_AGE_SPREAD: f64 = 1.02;
 /// slope from fewer gives no forecast, never "not degraded within 3
 /// years" (three noisy rounds at 0.85–0.91 months on the testbed fitted
 /// age^-2.2 and said so 21 days before the drive degraded, 2026-11-27).
-pub const REASSURING_POINTS: usize = 5;
+/// Ten, not five: the forecast looks again after every round, and each
+/// look is another chance for the early points to fall together (a
+/// loaded testbed run said it from five falling points at 0.88 months,
+/// 2026-11-27). In `tools/forecast-sim.py`, runs with a false "not within
+/// the horizon" before the crossing, at 1 / 2 / 4 % noise per read (360
+/// runs each): 5 / 11 / 18 from five points, 4 / 5 / 12 from six, 0 / 4 /
+/// 11 from eight, 0 / 0 / 3 from ten; the forecasts judged 6–12 days
+/// ahead the same (share within ±25 % 0.77 / 0.60 at 1 / 2 %). A drive
+/// that does not age waits for ten points to hear so (ten rounds of data
+/// of one age, fewer of several ages); a warning needs none of them.
+pub const REASSURING_POINTS: usize = 10;
 
 /// One age bucket of one round: its data's mean age and its excess.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -312,7 +322,7 @@ pub struct Trend {
     /// which widens the range a little). With 5 points it is the least and
     /// the greatest slope: every pair must slow down with age. With fewer
     /// than [`REASSURING_POINTS`] (two, three rounds a few hours apart of
-    /// which only the first and last differ by [`MIN_AGE_SPREAD`], four)
+    /// which only the first and last differ by [`MIN_AGE_SPREAD`], nine)
     /// it is their least slope up to any steeper (`f64::INFINITY`): rising
     /// slopes give a forecast (a one-round survey of two age buckets: the
     /// warning is worth giving), falling ones no forecast, never "not
