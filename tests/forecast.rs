@@ -223,26 +223,7 @@ fn privileged_the_daemon_shows_its_forecast() {
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let d = drive(tmp.path(), "840evo");
     let tree = d.path("index");
-    // Data of two ages in two buckets, both slower than fresh, the drive
-    // still healthy: 1.35 months (stale) and 0.95 (not yet: 29 days).
-    std::fs::create_dir_all(&tree).unwrap();
-    let write = |name: &str, seed: u64| -> Vec<PathBuf> {
-        (0..4)
-            .map(|i| {
-                let p = tree.join(format!("{name}{i}"));
-                write_file(&p, &pattern(8 << 20, seed + i));
-                p
-            })
-            .collect()
-    };
-    let old = write("old", 800);
-    d.sync().unwrap();
-    d.age(0.4);
-    let new = write("new", 900);
-    d.sync().unwrap();
-    d.age(0.95);
-    shift_mtimes(&old, 1.35);
-    shift_mtimes(&new, 0.95);
+    two_ages(&d, &tree, 4, 800);
     let port = free_port();
     // A floor low enough that a canary read slowly beside another test
     // never makes the drive "slow" (no forecast then).
@@ -306,6 +287,30 @@ fn privileged_the_daemon_shows_its_forecast() {
     let hourly = format!("{settings}sample_interval = \"1h\"\n");
     let cfg = config(tmp.path(), &tree, port, &hourly);
     a_restart_keeps_the_rounds(Daemon::start(tmp.path(), &cfg, port));
+}
+
+/// Data of two ages in two buckets under `tree`, `n` files of 8 MiB
+/// each, both slower than fresh and the drive still healthy: 1.35 months
+/// (stale) and 0.95 (not yet: 29 days).
+fn two_ages(d: &Drive, tree: &Path, n: u64, seed: u64) {
+    std::fs::create_dir_all(tree).unwrap();
+    let write = |name: &str, seed: u64| -> Vec<PathBuf> {
+        (0..n)
+            .map(|i| {
+                let p = tree.join(format!("{name}{i}"));
+                write_file(&p, &pattern(8 << 20, seed + i));
+                p
+            })
+            .collect()
+    };
+    let old = write("old", seed);
+    d.sync().unwrap();
+    d.age(0.4);
+    let new = write("new", seed + 100);
+    d.sync().unwrap();
+    d.age(0.95);
+    shift_mtimes(&old, 1.35);
+    shift_mtimes(&new, 0.95);
 }
 
 /// The forecast's points (age buckets × rounds) in the last round's
@@ -403,26 +408,8 @@ fn privileged_a_daemon_whose_state_dir_fills_forecasts_on_and_keeps_its_rounds()
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let d = drive(tmp.path(), "840evo");
     let tree = d.path("index");
-    std::fs::create_dir_all(&tree).unwrap();
-    // Two ages in two buckets, both slower than fresh: two points a
-    // round (as in `privileged_the_daemon_shows_its_forecast`).
-    let write = |name: &str, seed: u64| -> Vec<PathBuf> {
-        (0..2)
-            .map(|i| {
-                let p = tree.join(format!("{name}{i}"));
-                write_file(&p, &pattern(8 << 20, seed + i));
-                p
-            })
-            .collect()
-    };
-    let old = write("old", 1200);
-    d.sync().unwrap();
-    d.age(0.4);
-    let new = write("new", 1300);
-    d.sync().unwrap();
-    d.age(0.95);
-    shift_mtimes(&old, 1.35);
-    shift_mtimes(&new, 0.95);
+    // Two points a round.
+    two_ages(&d, &tree, 2, 1200);
     let fs = LoopFs::new("ext4", 32);
     let state = fs.path("state");
     let port = free_port();
