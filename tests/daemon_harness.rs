@@ -59,14 +59,24 @@ impl Drop for Daemon {
 }
 
 /// Writes a config for `tree` with short intervals; `extra` goes into
-/// `[defaults]`.
+/// `[defaults]`, but for the keys of [`TOP_LEVEL`], which replace the
+/// harness's own (a state dir on a filesystem of the test's).
 pub fn config(dir: &Path, tree: &Path, port: u16, extra: &str) -> PathBuf {
     config_trees(dir, &[tree], port, extra)
 }
 
+/// The config's keys outside `[defaults]` that `extra` may set.
+pub const TOP_LEVEL: [&str; 3] = ["state_dir", "control_socket", "metrics_listen"];
+
 /// A config with one `[[paths]]` per tree.
 pub fn config_trees(dir: &Path, trees: &[&Path], port: u16, extra: &str) -> PathBuf {
     let p = dir.join("refreshd.toml");
+    let d = dir.display();
+    let mut top = vec![
+        format!("state_dir = \"{d}/state\""),
+        format!("control_socket = \"{d}/run/control.sock\""),
+        format!("metrics_listen = \"127.0.0.1:{port}\""),
+    ];
     let mut defaults: Vec<String> = [
         "scan_interval = \"30s\"",
         "sample_interval = \"2s\"",
@@ -77,16 +87,22 @@ pub fn config_trees(dir: &Path, trees: &[&Path], port: u16, extra: &str) -> Path
     .iter()
     .map(|l| l.to_string())
     .collect();
+    let key = |l: &str| l.split('=').next().unwrap().trim().to_string();
     for line in extra.lines().filter(|l| !l.trim().is_empty()) {
-        let key = line.split('=').next().unwrap().trim();
-        defaults.retain(|l| l.split('=').next().unwrap().trim() != key);
-        defaults.push(line.to_string());
+        let k = key(line);
+        let lines = if TOP_LEVEL.contains(&k.as_str()) {
+            &mut top
+        } else {
+            &mut defaults
+        };
+        lines.retain(|l| key(l) != k);
+        lines.push(line.to_string());
     }
     std::fs::write(
         &p,
         format!(
-            "state_dir = \"{d}/state\"\ncontrol_socket = \"{d}/run/control.sock\"\nmetrics_listen = \"127.0.0.1:{port}\"\n\n[defaults]\n{defaults}\n{paths}",
-            d = dir.display(),
+            "{top}\n\n[defaults]\n{defaults}\n{paths}",
+            top = top.join("\n"),
             paths = trees
                 .iter()
                 .map(|t| format!("\n[[paths]]\npath = \"{}\"\n", t.display()))
