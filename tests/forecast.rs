@@ -413,16 +413,20 @@ fn privileged_a_daemon_whose_state_dir_fills_forecasts_on_and_keeps_its_rounds()
     let fs = LoopFs::new("ext4", 32);
     let state = fs.path("state");
     let port = free_port();
-    let settings = "min_free = \"64MiB\"\nsample_bytes = \"64MiB\"\nmin_throughput = \"1MiB/s\"\n";
-    let on_loop_fs = |cfg: PathBuf| {
-        let text = std::fs::read_to_string(&cfg).unwrap();
-        let ours = format!("state_dir = \"{}/state\"", tmp.path().display());
-        assert!(text.contains(&ours), "{text}");
-        let text = text.replace(&ours, &format!("state_dir = \"{}\"", state.display()));
-        std::fs::write(&cfg, text).unwrap();
-        cfg
-    };
-    let cfg = on_loop_fs(config(tmp.path(), &tree, port, settings));
+    let settings = format!(
+        "min_free = \"64MiB\"\nsample_bytes = \"64MiB\"\nmin_throughput = \"1MiB/s\"\n\
+         state_dir = \"{}\"\n",
+        state.display()
+    );
+    // The drive's files are only read (the drive is healthy): a full
+    // state dir changes none of them.
+    let files: Vec<PathBuf> = std::fs::read_dir(&tree)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 4, "{files:?}");
+    let prints: Vec<Fingerprint> = files.iter().map(|p| fingerprint(p)).collect();
+    let cfg = config(tmp.path(), &tree, port, &settings);
     let daemon = Daemon::start(tmp.path(), &cfg, port);
     daemon.wait_for("a forecast", 180, |d| {
         forecast_points(&d.status()).is_some()
@@ -462,7 +466,7 @@ fn privileged_a_daemon_whose_state_dir_fills_forecasts_on_and_keeps_its_rounds()
     let held = forecast_points(&daemon.status()).unwrap();
     drop(daemon); // killed
     let hourly = format!("{settings}sample_interval = \"1h\"\n");
-    let cfg = on_loop_fs(config(tmp.path(), &tree, port, &hourly));
+    let cfg = config(tmp.path(), &tree, port, &hourly);
     let daemon = Daemon::start(tmp.path(), &cfg, port);
     let mut points = None;
     daemon.wait_for("a forecast from a round after the restart", 120, |d| {
@@ -479,6 +483,10 @@ fn privileged_a_daemon_whose_state_dir_fills_forecasts_on_and_keeps_its_rounds()
          {held} ({points_while_full} while the state dir was full): rounds are lost\nlog:\n{}",
         daemon.log()
     );
+    drop(daemon);
+    for (p, before) in files.iter().zip(&prints) {
+        assert_eq!(&fingerprint(p), before, "{}", p.display());
+    }
 }
 
 /// Writes `path` until its filesystem has no block left: written data is
