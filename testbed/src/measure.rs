@@ -57,20 +57,24 @@ pub fn bulk_read(path: &Path) -> Result<f64> {
 }
 
 /// [`bulk_read`] in requests of `request` bytes (a multiple of 4 KiB, at
-/// most 1 MiB), one at a time. A 1 MiB request reaches the emulator as
+/// most 1 MiB: an error otherwise), one at a time. A 1 MiB request reaches the emulator as
 /// 128 KiB requests that are served by one channel or two at once, the
 /// same for a whole read of 64 MiB and different for the next (47 or
 /// 90 MB/s on 8 channels of the 840evo model, 2026-11-28); a 128 KiB
 /// request is one, on one channel: the same speed every time (40.5 MB/s
 /// fresh, 4.8 aged 6 months, five reads each within 2 %).
 pub fn bulk_read_by(path: &Path, request: usize) -> Result<f64> {
+    anyhow::ensure!(
+        request > 0 && request % 4096 == 0 && request <= 1 << 20,
+        "a bulk read's request of {request} bytes: 4 KiB to 1 MiB in 4 KiB steps"
+    );
     let f = open_direct(path)?;
     let len = f.metadata()?.len();
-    let mut buf = Aligned::new(1 << 20);
+    let mut buf = Aligned::new(request);
     let t = Instant::now();
     let mut off = 0;
     while off < len {
-        let n = f.read_at(buf.slice(request.min(1 << 20)), off)?;
+        let n = f.read_at(buf.slice(request), off)?;
         if n == 0 {
             break;
         }
@@ -176,4 +180,21 @@ pub fn fingerprint(path: &Path) -> Result<u64> {
     Ok(data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bulk_read_refuses_a_request_it_cannot_make() {
+        let p = Path::new("/nonexistent");
+        for bad in [0, 1000, 2 << 20] {
+            let e = bulk_read_by(p, bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("request of {bad} bytes")), "{e}");
+        }
+        // A good size gets as far as opening the file.
+        let e = bulk_read_by(p, 128 << 10).unwrap_err().to_string();
+        assert!(!e.contains("request of"), "{e}");
+    }
 }
