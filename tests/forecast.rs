@@ -289,6 +289,95 @@ fn privileged_the_daemon_shows_its_forecast() {
     a_restart_keeps_the_rounds(Daemon::start(tmp.path(), &cfg, port));
 }
 
+/// A drive whose data does not slow as it ages (written data reads 1.3×
+/// fresh at every age): the daemon says "not degraded within 3 years"
+/// only from [`forecast::REASSURING_POINTS`] points on (no forecast
+/// before: a few points warn, never reassure), in status and as +Inf in
+/// the metric.
+#[test]
+fn privileged_a_drive_that_does_not_age_is_reassured_only_from_enough_points() {
+    if !privileged("privileged_a_drive_that_does_not_age_is_reassured_only_from_enough_points") {
+        return;
+    }
+    use crate::daemon_harness::*;
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    // Half its slowdown at 0.01 months: all of it at any age the test
+    // gives its data, none on the canary written seconds before its read.
+    let flat = testbed::model::Model {
+        tau_months: 0.01,
+        bulk_gain: 0.3,
+        latency_gain: 0.3,
+        ..testbed::model::Model::preset("840evo").unwrap()
+    };
+    let opts = DriveOptions {
+        size: 1 << 30,
+        model: flat,
+        ..DriveOptions::default()
+    };
+    let d = Drive::up(tmp.path(), &opts).unwrap();
+    let tree = d.path("index");
+    // Two points a round (two buckets): a round's points come in pairs,
+    // and the rule is checked at 6 and 8 points.
+    two_ages(&d, &tree, 2, 1600);
+    let port = free_port();
+    let settings = "min_free = \"64MiB\"\nsample_bytes = \"64MiB\"\nmin_throughput = \"1MiB/s\"\n";
+    let cfg = config(tmp.path(), &tree, port, settings);
+    let daemon = Daemon::start(tmp.path(), &cfg, port);
+    let forecast = |st: &serde_json::Value| st["last_sample"]["forecast"].clone();
+    let reassured = |st: &serde_json::Value| {
+        let f = forecast(st);
+        f.is_object() && f["seconds_until_degraded"].is_null()
+    };
+    // Every round's forecast, by the round's time. Five rounds take
+    // 13 s on a quiet host, 72-85 s beside `stress-ng --cpu 2 --io 2`.
+    let mut seen: Vec<(i64, serde_json::Value)> = vec![];
+    daemon.wait_for("not degraded within 3 years", 300, |d| {
+        let st = d.status();
+        let Some(at) = st["last_sample"]["at"].as_i64() else {
+            return false;
+        };
+        if seen.last().map(|(t, _)| *t) != Some(at) {
+            seen.push((at, forecast(&st)));
+        }
+        reassured(&st)
+    });
+    let enough = forecast::REASSURING_POINTS as u64;
+    for (at, f) in &seen {
+        if f.is_object() && f["seconds_until_degraded"].is_null() {
+            let points = f["points"].as_u64().unwrap();
+            assert!(
+                points >= enough,
+                "round at {at} reassured from {points} points (fewer than {enough}): {seen:?}"
+            );
+        }
+    }
+    // Rounds before it were seen without one (at 2 s a round, polled
+    // every 200 ms), and the points grew to it.
+    assert!(seen.len() >= 2, "{seen:?}");
+    // Status (table) and the metric of one round that reassured: a round
+    // may land between two reads, and a later one may say nothing again.
+    let mut shown = None;
+    daemon.wait_for("status and metric of one reassuring round", 60, |d| {
+        let before = d.status();
+        let (text, m) = (d.ctl(&["status"]).1, d.metrics());
+        let after = d.status();
+        let same = before["last_sample"] == after["last_sample"] && reassured(&after);
+        if same {
+            shown = Some((after, text, m));
+        }
+        same
+    });
+    let (st, text, m) = shown.unwrap();
+    assert!(text.contains("not degraded within 3 years"), "{text}");
+    let dev = st["device"].as_str().unwrap();
+    let series = format!("refreshd_drive_seconds_until_degraded{{device=\"{dev}\"}}");
+    let exported = metric(&m, &series).unwrap_or_else(|| panic!("no {series} in\n{m}"));
+    assert!(
+        exported.is_infinite() && exported > 0.0,
+        "{series} {exported}"
+    );
+}
+
 /// Data of two ages in two buckets under `tree`, `n` files of 8 MiB
 /// each, both slower than fresh and the drive still healthy: 1.35 months
 /// (stale) and 0.95 (not yet: 29 days).
