@@ -22,7 +22,22 @@ tests/forecast.rs does.
 The forecast is the code's: Theil–Sen over (ln age, ln excess) of the kept
 rounds, against the median canary of the kept rounds.
 
-    [STEPS=98] python3 tools/forecast-sim.py [SIGMA] [ROUNDS_KEPT,...]
+A loaded host (LOAD > 0): bursts of load start at a round with chance
+1/30 and last 8-24 rounds (2-6 days of the data's life; 1-4 minutes of
+the testbed test's, where one round takes ~10 s), each adding a delay of
+up to LOAD (uniform) times a fresh read's time to every read of a round
+(BURST=both), or to its canary alone (BURST=canary: a burst that falls
+on the canary, read last in a round, and not on the stale data). The
+drive is declared degraded by the round's own canary, as the daemon
+does. REF chooses the reference the points are measured against: the
+code's median canary of the kept rounds (median), each round's own
+canary (own), or the median shrunk towards the round's own canary by how
+much more the canaries spread than one canary read's noise (shrink:
+weight (s² − σ²)/s², s from the canaries' MAD, σ the noise per read,
+known here; the daemon would have to tell it from the canary's regions).
+
+    [STEPS=98] [LOAD=0] [BURST=both|canary] [REF=median|own|shrink] \
+        python3 tools/forecast-sim.py [SIGMA] [ROUNDS_KEPT,...]
 
 Prints, per shape, the forecasts' mean error / sd / the share of runs
 whose every forecast is within ±25 % / the share of forecasts withheld
@@ -36,6 +51,9 @@ import sys
 
 MIN_EXCESS, RUNS = 0.05, int(os.environ.get("RUNS", "100"))
 STEPS = int(os.environ.get("STEPS", "98"))
+REF = os.environ.get("REF", "median")
+LOAD = float(os.environ.get("LOAD", "0"))
+BURST = os.environ.get("BURST", "both")
 # 6 to 12 days of the 24.5-day span, in steps.
 JUDGED = (STEPS * 6 / 24.5, STEPS * 12 / 24.5)
 
@@ -110,24 +128,53 @@ def span(f):
     return start, a
 
 
+def reference_points(rounds, sigma):
+    """(age, excess) of each kept round (age, canary, stale read), against
+    the reference REF chooses."""
+    if REF == "own":
+        return [(a, fr / s - 1) for a, fr, s in rounds]
+    lf = [math.log(fr) for _, fr, _ in rounds]
+    m = median(lf)
+    w = 0.0
+    if REF == "shrink":
+        var = (median([abs(x - m) for x in lf]) * 1.4826) ** 2
+        w = max(0.0, var - sigma * sigma) / var if var > 0 else 0.0
+    return [(a, math.exp(m + w * (math.log(fr) - m)) / s - 1) for a, fr, s in rounds]
+
+
 def run(f, seed, sigma, keep):
     start, cross = span(f)
     step = (cross - start) / STEPS
     rnd = random.Random(seed)
-    read = lambda age: 1 / (1 + f(age)) * math.exp(rnd.gauss(0, sigma))
+    # The load has its own draws: the reads' noise is the same with or
+    # without it.
+    lrnd = random.Random(seed + 7777)
+    load = {"left": 0, "d": 0.0}
+
+    def tick():
+        if load["left"] == 0:
+            load["d"] = 0.0
+            if lrnd.random() < 1 / 30:
+                load["left"], load["d"] = lrnd.randint(8, 24), lrnd.uniform(0, LOAD)
+        else:
+            load["left"] -= 1
+
+    sd = lambda: load["d"] if BURST == "both" else 0.0
+    read = lambda age: 1 / (1 + f(age) + sd()) * math.exp(rnd.gauss(0, sigma))
+    fread = lambda: 1 / (1 + load["d"]) * math.exp(rnd.gauss(0, sigma))
     age, rounds, said, last3 = start, [], [], []
     while True:
-        fresh, stale = math.exp(rnd.gauss(0, sigma)), read(age)
+        tick()
+        fresh, stale = fread(), read(age)
         rounds = (rounds + [(age, fresh, stale)])[-keep:]
-        ref = median([r[1] for r in rounds])
-        points = [(a, ref / s - 1) for a, _, s in rounds]
+        points = reference_points(rounds, sigma)
         points = [p for p in points if p[1] >= MIN_EXCESS]
         said.append((age, months_until_excess_1(points, age) if len(points) > 1 else None))
         last3 = (last3 + [stale / fresh < 0.5])[-3:]
         again = 0
         while last3[-1] and sum(last3) < 2 and again < 2:
             again += 1
-            last3 = (last3 + [read(age) / math.exp(rnd.gauss(0, sigma)) < 0.5])[-3:]
+            last3 = (last3 + [read(age) / fread() < 0.5])[-3:]
         if sum(last3) >= 2:
             break
         age += step
