@@ -25,6 +25,14 @@
 //! 18 h with the last 16 rounds kept and asserted ±50 %: beside
 //! `.ci/stress` its forecasts were −10..−16 %, −13..−21 % and −26 %.
 //!
+//! A burst of load on the testbed lasts many rounds and slows a round's
+//! stale data and its canary alike: against the median canary alone it
+//! read as age, and a `.ci/stress` run failed at +27 % (2026-11-28).
+//! Each round's points are now measured against the median moved toward
+//! the round's own canary (`History::references`); a quiet run after it
+//! came out −14..−12 %. `tools/forecast-replay.py` replays a run's
+//! printed rounds under each reference.
+//!
 //! What is left is the model's lean: a power of age fitted on the rise
 //! extrapolates past the testbed's curve as it levels off, a warning a
 //! day or two early. `tools/forecast-sim.py` judges the same fit on eight

@@ -4,11 +4,11 @@
 round: "age A months: ratio Some(R), fresh F MB/s, ...") under three
 fresh references, to tell a run's forecast error by its cause:
 
-- median: the median canary of the kept rounds (the code's);
+- median: the median canary of the kept rounds (the code's before 2026-11-28);
 - own: each round's own canary;
-- shrink: the median shrunk toward the round's own canary by how much
-  more the canaries spread than SIGMA, one canary read's noise
-  (tools/forecast-sim.py's REF=shrink).
+- code: the median shrunk toward the round's own canary by how much
+  more the canaries spread than one canary read's noise, told from
+  successive rounds (`History::references`; tools/forecast-sim.py REF=code).
 
 The fit is the code's Theil-Sen over (ln age, ln excess) of the last 48
 rounds (12 days at 6 h), one bucket a round (the test's data is of one
@@ -22,11 +22,10 @@ The test prints "degraded at M months" when it passes; a failed run's
 log needs M given (its panic message says when the drive degraded).
 """
 import math
-import os
 import re
 import sys
 
-KEEP, MIN_EXCESS, SIGMA = 48, 0.05, float(os.environ.get("SIGMA", "0.004"))
+KEEP, MIN_EXCESS = 48, 0.05
 
 
 def median(v):
@@ -54,9 +53,14 @@ def references(window, mode):
     lf = [math.log(f) for f in fresh]
     m = median(lf)
     w = 0.0
-    if mode == "shrink":
-        var = (median([abs(x - m) for x in lf]) * 1.4826) ** 2
-        w = max(0.0, var - SIGMA * SIGMA) / var if var > 0 else 0.0
+    if mode == "code":
+        # The code's (src/policy/forecast.rs, `History::references`).
+        var = sum((x - m) ** 2 for x in lf) / len(lf)
+        noise = var
+        if len(lf) > 2:
+            d = [abs(b - a) for a, b in zip(lf, lf[1:])]
+            noise = (median(d) * 1.4826) ** 2 / 2
+        w = max(0.0, var - noise) / var if var > 0 else 0.0
     return [math.exp(m + w * (x - m)) for x in lf]
 
 
@@ -88,7 +92,7 @@ def main():
         degraded = float(sys.argv[2])
     if degraded is None:
         sys.exit("no 'degraded at' in the log: give DEGRADED_AT_MONTHS")
-    for mode in ("median", "own", "shrink"):
+    for mode in ("median", "own", "code"):
         errs = []
         for i, (a, _, _) in enumerate(rows):
             if 0.2 <= degraded - a < 0.4:

@@ -20,7 +20,10 @@ kept as a round of points; the daemon keeps it). The forecasts made 6 to
 tests/forecast.rs does.
 
 The forecast is the code's: Theil–Sen over (ln age, ln excess) of the kept
-rounds, against the median canary of the kept rounds.
+rounds, each against its round's reference (REF=code, the default: the
+median canary of the kept rounds moved toward the round's own canary by
+the share of the canaries' spread that is not one read's noise, that
+noise told from successive rounds; `History::references`).
 
 A loaded host (LOAD > 0): bursts of load start at a round with chance
 1/30 and last 8-24 rounds (2-6 days of the data's life; 1-4 minutes of
@@ -30,13 +33,11 @@ up to LOAD (uniform) times a fresh read's time to every read of a round
 on the canary, read last in a round, and not on the stale data). The
 drive is declared degraded by the round's own canary, as the daemon
 does. REF chooses the reference the points are measured against: the
-code's median canary of the kept rounds (median), each round's own
-canary (own), or the median shrunk towards the round's own canary by how
-much more the canaries spread than one canary read's noise (shrink:
-weight (s² − σ²)/s², s from the canaries' MAD, σ the noise per read,
-known here; the daemon would have to tell it from the canary's regions).
+code's (code), the median canary of the kept rounds (median, the code's
+before 2026-11-28), each round's own canary (own), or the code's with
+the noise per read known rather than told from the rounds (shrink).
 
-    [STEPS=98] [LOAD=0] [BURST=both|canary] [REF=median|own|shrink] \
+    [STEPS=98] [LOAD=0] [BURST=both|canary] [REF=code|median|own|shrink] \
         python3 tools/forecast-sim.py [SIGMA] [ROUNDS_KEPT,...]
 
 Prints, per shape, the forecasts' mean error / sd / the share of runs
@@ -51,7 +52,7 @@ import sys
 
 MIN_EXCESS, RUNS = 0.05, int(os.environ.get("RUNS", "100"))
 STEPS = int(os.environ.get("STEPS", "98"))
-REF = os.environ.get("REF", "median")
+REF = os.environ.get("REF", "code")
 LOAD = float(os.environ.get("LOAD", "0"))
 BURST = os.environ.get("BURST", "both")
 # 6 to 12 days of the 24.5-day span, in steps.
@@ -136,9 +137,15 @@ def reference_points(rounds, sigma):
     lf = [math.log(fr) for _, fr, _ in rounds]
     m = median(lf)
     w = 0.0
-    if REF == "shrink":
-        var = (median([abs(x - m) for x in lf]) * 1.4826) ** 2
-        w = max(0.0, var - sigma * sigma) / var if var > 0 else 0.0
+    if REF in ("shrink", "code"):
+        var = sum((x - m) ** 2 for x in lf) / len(lf)
+        noise = sigma * sigma
+        if REF == "code":
+            # One read's noise told from successive rounds, as
+            # `History::references` does: a burst lasts many.
+            d = [abs(b - a) for a, b in zip(lf, lf[1:])]
+            noise = (median(d) * 1.4826) ** 2 / 2 if len(lf) > 2 else var
+        w = max(0.0, var - noise) / var if var > 0 else 0.0
     return [(a, math.exp(m + w * (math.log(fr) - m)) / s - 1) for a, fr, s in rounds]
 
 

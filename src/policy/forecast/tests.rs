@@ -370,6 +370,56 @@ fn the_fresh_reference_is_the_median_canary_of_the_rounds() {
     assert!((fit(&own).unwrap().k - 5.0).abs() > 0.1);
 }
 
+/// Rounds 6 h apart from 1.0 months whose canary and stale data read
+/// `load(i)` of their speed (a burst of load slows both), the canary with
+/// a noise of ±`noise` alternating.
+fn loaded_rounds(load: impl Fn(usize) -> f64, noise: f64) -> History {
+    let six_hours = 6.0 * 3600.0 / MONTH;
+    let mut h = History::default();
+    for i in 0..40 {
+        let m = 1.0 + i as f64 * six_hours;
+        let sign = if i % 2 == 0 { 1.0 } else { -1.0 };
+        let fresh = FRESH * load(i) * (1.0 + sign * noise);
+        let stale = FRESH * load(i) / (1.0 + law(m));
+        h.add_readings(fresh, vec![(m, stale)], at(m));
+    }
+    h
+}
+
+/// A burst of load over the last 20 of 40 rounds (its canaries and
+/// stale data at 80 % of their speed) moves every point of those rounds
+/// against the median canary: the load reads as age, and the fit puts
+/// the present's data older than it is. Against the references, moved
+/// toward each round's own canary by the share of the spread that is not
+/// noise, the fit finds the law. Without a burst the references are the
+/// median (one canary's noise moves nothing).
+#[test]
+fn a_burst_of_load_on_a_round_is_not_read_as_age() {
+    let burst = |i: usize| if i >= 20 { 0.8 } else { 1.0 };
+    let h = loaded_rounds(burst, 0.005);
+    let newest = h.rounds.back().unwrap().buckets[0].0;
+    let off = |f: Fit| f.excess(newest) / law(newest) - 1.0;
+    let f = fit(&h.points()).unwrap();
+    assert!((f.k - 5.0).abs() < 0.05 && off(f).abs() < 0.02, "{f:?}");
+    let mid = h.fresh_bps().unwrap();
+    let against_median: Vec<AgePoint> = h
+        .rounds
+        .iter()
+        .flat_map(|r| r.buckets.iter())
+        .filter_map(|&(m, bps)| point(m, bps, mid))
+        .collect();
+    let f = fit(&against_median).unwrap();
+    assert!(
+        off(f) > 0.1,
+        "against the median canary: {f:?}, {:+.3}",
+        off(f)
+    );
+    // Noise alone: every reference is the median canary.
+    let quiet = loaded_rounds(|_| 1.0, 0.01);
+    let mid = quiet.fresh_bps().unwrap();
+    assert!(quiet.references().iter().all(|&r| r == mid), "{mid}");
+}
+
 /// A round of one bucket of `months`, as the sampler reports it.
 fn sample_of(months: f64) -> DriveSample {
     let bucket = crate::sampler::BucketSample {
