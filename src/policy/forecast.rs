@@ -321,7 +321,7 @@ impl History {
     /// reference is `median · exp(w·(ln canary − m))`, `m` the median's log,
     /// `w = (s² − σ²) / s²` in [0, 1]. Without load `w` ≈ 0 and this is
     /// the median; under bursts it follows each round's own canary.
-    /// `tools/forecast-sim.py` (`REF=shrink-var` against `median`;
+    /// `tools/forecast-sim.py` (`REF=code` against `median`;
     /// share of runs with every forecast 6–12 days ahead within ±25 %,
     /// nine shapes, 2026-11-28): without load 0.77 / 0.59 / 0.24 against
     /// 0.77 / 0.60 / 0.26 at 1 / 2 / 3 % noise per read; with bursts on
@@ -329,7 +329,7 @@ impl History {
     /// (bursts of 0.1 and 0.3 at 1 %, 0.1 at 2 %); with bursts of many
     /// rounds on the canary alone, which the sampler's order (the canary
     /// last, ~1 s of a round) does not give, 0.29 against 0.64.
-    pub fn references(&self) -> Vec<f64> {
+    pub(crate) fn references(&self) -> Vec<f64> {
         let Some(mid) = self.fresh_bps() else {
             return vec![];
         };
