@@ -245,6 +245,29 @@ impl Daemon {
         http_get(self.port, "/metrics")
     }
 
+    /// Status (JSON), `refreshctl status` (table) and the metrics of one
+    /// round, read between two statuses with the same last round (a round
+    /// may land between two reads), once that round's status satisfies
+    /// `f`; up to `secs`.
+    pub fn one_round_seen(
+        &self,
+        what: &str,
+        secs: u64,
+        f: impl Fn(&Value) -> bool,
+    ) -> (Value, String, String) {
+        let mut seen = None;
+        self.wait_for(what, secs, |d| {
+            let before = d.status();
+            let (text, m) = (d.ctl(&["status"]).1, d.metrics());
+            let after = d.status();
+            if before["last_sample"] == after["last_sample"] && f(&after) {
+                seen = Some((after, text, m));
+            }
+            seen.is_some()
+        });
+        seen.unwrap()
+    }
+
     /// Waits until `f` holds, up to `secs`.
     pub fn wait_for(&self, what: &str, secs: u64, mut f: impl FnMut(&Daemon) -> bool) {
         let t = Instant::now();
