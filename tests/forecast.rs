@@ -35,12 +35,14 @@
 //!
 //! Beside `.ci/stress` on that code (2026-11-28) it failed two runs of
 //! three, early both times (−13..−25.4 % and −16..−27 %, declared at
-//! 1.585–1.589 months as in quiet runs): the fit's exponent under load
-//! was 5.2–5.6 where quiet runs fit 4.9–5.0. The young data's excess
-//! read short of the model's by about the same amount at every age, as
-//! if the fresh canary paid more of a starved CPU's delay than the stale
-//! reads (whose model sleep can absorb it); an offset of 0.02 on the
-//! canary moves the simulator's 840 EVO from −12 % to −21 %. Not cured.
+//! 1.585–1.589 months as in quiet runs). Replayed, those rounds' canary
+//! deviations did not move with their stale data's: the canary, read
+//! last in a round, met other moments of the load than the stale reads.
+//! The sampler now reads it in step with them, and the reference follows
+//! a round's own canary by the share of its moves the stale reads share
+//! (`History::shared_share`). One run beside `stress-ng --cpu 2 --io 2`
+//! after it: −18..+24 %, each round's own canary within a few % of the
+//! model's excess at every age where the median was off by up to +62 %.
 //!
 //! What is left besides is the model's lean: a power of age fitted on the rise
 //! extrapolates past the testbed's curve as it levels off, a warning a

@@ -6,9 +6,12 @@ fresh references, to tell a run's forecast error by its cause:
 
 - median: the median canary of the kept rounds (the code's before 2026-11-28);
 - own: each round's own canary;
-- code: the median shrunk toward the round's own canary by how much
-  more the canaries spread than one canary read's noise, told from
-  successive rounds (`History::references`; tools/forecast-sim.py REF=code).
+- code: the median moved toward the round's own canary by the share of
+  its moves from round to round that the stale reads share
+  (`History::references`; tools/forecast-sim.py REF=code);
+- steps: the median moved toward the round's own canary by how much more
+  the canaries spread than one canary read's noise, told from successive
+  rounds (the code's on 2026-11-28; tools/forecast-sim.py REF=steps).
 
 The fit is the code's Theil-Sen over (ln age, ln excess) of the last 48
 rounds (12 days at 6 h), one bucket a round (the test's data is of one
@@ -54,7 +57,21 @@ def references(window, mode):
     m = median(lf)
     w = 0.0
     if mode == "code":
-        # The code's (src/policy/forecast.rs, `History::references`).
+        # The code's (src/policy/forecast.rs, `History::shared_share`).
+        mid = math.exp(m)
+        x = [mid / f for f in fresh]
+        y = [mid / (r * f) for _, r, f in window]
+        num = den = 0.0
+        for lag in range(1, 9):
+            dx = [b - a for a, b in zip(x, x[lag:])]
+            dy = [b - a for a, b in zip(y, y[lag:])]
+            if len(dx) < 2:
+                continue
+            ageing = sum(dy) / len(dy)
+            num += sum(a * (b - ageing) for a, b in zip(dx, dy))
+            den += sum(a * a for a in dx)
+        w = max(0.0, min(1.0, num / den)) if den > 0 else 0.0
+    if mode == "steps":
         var = sum((x - m) ** 2 for x in lf) / len(lf)
         noise = var
         if len(lf) > 2:
@@ -92,7 +109,7 @@ def main():
         degraded = float(sys.argv[2])
     if degraded is None:
         sys.exit("no 'degraded at' in the log: give DEGRADED_AT_MONTHS")
-    for mode in ("median", "own", "code"):
+    for mode in ("median", "own", "steps", "code"):
         errs = []
         for i, (a, _, _) in enumerate(rows):
             if 0.2 <= degraded - a < 0.4:

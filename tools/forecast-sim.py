@@ -22,8 +22,8 @@ tests/forecast.rs does.
 The forecast is the code's: Theil–Sen over (ln age, ln excess) of the kept
 rounds, each against its round's reference (REF=code, the default: the
 median canary of the kept rounds moved toward the round's own canary by
-the share of the canaries' spread that is not one read's noise, that
-noise told from successive rounds; `History::references`).
+the share of its moves from round to round that the stale reads share;
+`History::references`, `History::shared_share`).
 
 A loaded host (LOAD > 0): bursts of load start at a round with chance
 1/30 and last 8-24 rounds (2-6 days of the data's life; 1-4 minutes of
@@ -32,12 +32,19 @@ up to LOAD (uniform) times a fresh read's time to every read of a round
 (BURST=both), or to its canary alone (BURST=canary: a burst that falls
 on the canary, read last in a round, and not on the stale data). The
 drive is declared degraded by the round's own canary, as the daemon
-does. REF chooses the reference the points are measured against: the
-code's (code), the median canary of the kept rounds (median, the code's
-before 2026-11-28), each round's own canary (own), or the code's with
-the noise per read known rather than told from the rounds (shrink).
+does. JITTER > 0: load that changes every round, a delay of up to JITTER
+(uniform) times a fresh read's time on every read of the round, canary
+and stale alike (the sampler reads them in step). REF chooses the
+reference the points are measured against: the code's (code), the
+median canary of the kept rounds (median, the code's before
+2026-11-28), each round's own canary (own), the median moved toward the
+round's own canary by the share of the canaries' spread that successive
+rounds cannot tell from one read's noise (steps, the code's on
+2026-11-28), or that with the noise per read known (shrink). LAGS: how
+many rounds apart the code's share compares rounds (`SHARED_LAGS`, 8).
 
-    [STEPS=98] [LOAD=0] [BURST=both|canary] [REF=code|median|own|shrink] \
+    [STEPS=98] [LOAD=0] [BURST=both|canary] [JITTER=0] [LAGS=8] \
+        [REF=code|median|own|steps|shrink] \
         python3 tools/forecast-sim.py [SIGMA] [ROUNDS_KEPT,...]
 
 Prints, per shape, the forecasts' mean error / sd / the share of runs
@@ -55,6 +62,7 @@ STEPS = int(os.environ.get("STEPS", "98"))
 REF = os.environ.get("REF", "code")
 LOAD = float(os.environ.get("LOAD", "0"))
 BURST = os.environ.get("BURST", "both")
+JITTER = float(os.environ.get("JITTER", "0"))
 # 6 to 12 days of the 24.5-day span, in steps.
 JUDGED = (STEPS * 6 / 24.5, STEPS * 12 / 24.5)
 
@@ -129,6 +137,25 @@ def span(f):
     return start, a
 
 
+def shared_share(rounds, mid, lags=8):
+    """`History::shared_share`: the slope of the stale read's time change
+    on the canary's between rounds up to `lags` apart (both as a share of
+    the median canary's time), centred per distance on the stale reads'
+    mean change, in [0, 1]."""
+    x = [mid / fr for _, fr, _ in rounds]
+    y = [mid / s for _, _, s in rounds]
+    num = den = 0.0
+    for lag in range(1, lags + 1):
+        dx = [b - a for a, b in zip(x, x[lag:])]
+        dy = [b - a for a, b in zip(y, y[lag:])]
+        if len(dx) < 2:
+            continue
+        ageing = sum(dy) / len(dy)
+        num += sum(a * (b - ageing) for a, b in zip(dx, dy))
+        den += sum(a * a for a in dx)
+    return max(0.0, min(1.0, num / den)) if den > 0 else 0.0
+
+
 def reference_points(rounds, sigma):
     """(age, excess) of each kept round (age, canary, stale read), against
     the reference REF chooses."""
@@ -137,10 +164,12 @@ def reference_points(rounds, sigma):
     lf = [math.log(fr) for _, fr, _ in rounds]
     m = median(lf)
     w = 0.0
-    if REF in ("shrink", "code"):
+    if REF == "code":
+        w = shared_share(rounds, math.exp(m), int(os.environ.get("LAGS", "8")))
+    if REF in ("shrink", "steps"):
         var = sum((x - m) ** 2 for x in lf) / len(lf)
         noise = sigma * sigma
-        if REF == "code":
+        if REF == "steps":
             # One read's noise told from successive rounds, as
             # `History::references` does: a burst lasts many.
             d = [abs(b - a) for a, b in zip(lf, lf[1:])]
@@ -166,12 +195,15 @@ def run(f, seed, sigma, keep):
         else:
             load["left"] -= 1
 
-    sd = lambda: load["d"] if BURST == "both" else 0.0
+    jitter = {"d": 0.0}
+    sd = lambda: (load["d"] if BURST == "both" else 0.0) + jitter["d"]
     read = lambda age: 1 / (1 + f(age) + sd()) * math.exp(rnd.gauss(0, sigma))
-    fread = lambda: 1 / (1 + load["d"]) * math.exp(rnd.gauss(0, sigma))
+    fread = lambda: 1 / (1 + load["d"] + jitter["d"]) * math.exp(rnd.gauss(0, sigma))
     age, rounds, said, last3 = start, [], [], []
     while True:
         tick()
+        if JITTER > 0:
+            jitter["d"] = lrnd.uniform(0, JITTER)
         fresh, stale = fread(), read(age)
         rounds = (rounds + [(age, fresh, stale)])[-keep:]
         points = reference_points(rounds, sigma)

@@ -5,8 +5,10 @@
 //! 1. **Fresh reference.** A canary: an unnamed `O_TMPFILE` in the sampled
 //!    tree's root (same filesystem, so the same drive), filled with
 //!    incompressible bytes by O_DIRECT writes and `fdatasync`ed. It is
-//!    written first and read last, after the stale data, so the drive has
-//!    had time to move it out of any write cache; it vanishes when closed.
+//!    written first and read in step with the stale data, from a quarter
+//!    of the way through their reads on, so that both see the round's
+//!    load alike and the drive has had time to move it out of any write
+//!    cache ([`read::InStep`]); it vanishes when closed.
 //!    (Recently written user files would be a free reference, but there may
 //!    be none, and they are not fresh once the drive has aged them.) If no
 //!    canary can be written (no space, read-only) the round has no
@@ -39,7 +41,7 @@ use crate::io::buffers::BufferPool;
 use crate::units::ByteSize;
 pub use buckets::Buckets;
 use candidate::{candidate, Candidate, Unreadable};
-use read::{measure, Acc, Reader, REGION, REQ};
+use read::{measure, Acc, InStep, Plan, Reader, REGION, REQ};
 pub use refreshd_protocol::sample::{
     bucket_label, bucket_of, BucketSample, DriveSample, Measurement, Percentiles, BUCKET_EDGES,
     MONTH,
@@ -146,6 +148,9 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
     let canary_len = canary.as_ref().map_or(canary_len, |c| c.total);
     let left = budget - if canary.is_ok() { canary_len } else { 0 };
     let per_bucket = left.checked_div(used).unwrap_or(0);
+    let canary_cand = canary.as_ref().ok();
+    let canary_plan = canary_cand.map(|c| Plan::new(std::slice::from_ref(c), canary_len));
+    let mut in_step = InStep::new(canary_plan, per_bucket * used);
     let mut buckets = vec![];
     let mut stale = StaleTally::default();
     let mut total_read = 0;
@@ -153,14 +158,20 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
         if g.files == 0 {
             continue;
         }
-        let (b, read) = measure_bucket(i, g, &mut reader, per_bucket, &mut rng, &mut stale);
+        let mut reads = Reads {
+            reader: &mut reader,
+            rng: &mut rng,
+            fresh: &mut in_step,
+        };
+        let (b, read) = measure_bucket(i, g, &mut reads, per_bucket, &mut stale);
         total_read += read;
         buckets.push(b);
     }
+    let fresh_acc = in_step.finish(&mut reader, &mut rng);
     let (fresh, fresh_missing) = match canary {
-        Ok(c) => {
-            let cands = [c];
-            let acc = measure(&mut reader, &cands, canary_len, &mut rng);
+        Ok(_) => {
+            // There is a plan, so an account, whenever there is a canary.
+            let acc = fresh_acc.unwrap_or_default();
             total_read += acc.bytes;
             (Some(acc.finish()), None)
         }
@@ -185,6 +196,14 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
     })
 }
 
+/// What a bucket's reads go through: the round's reader and draws, and
+/// the canary kept in step with them.
+struct Reads<'r, 'c> {
+    reader: &'r mut Reader,
+    rng: &'r mut SmallRng,
+    fresh: &'r mut InStep<'c>,
+}
+
 /// The stale buckets of a round together.
 #[derive(Default)]
 struct StaleTally {
@@ -201,9 +220,8 @@ struct StaleTally {
 fn measure_bucket(
     i: usize,
     g: buckets::Group,
-    reader: &mut Reader,
+    reads: &mut Reads,
     budget: u64,
-    rng: &mut SmallRng,
     tally: &mut StaleTally,
 ) -> (BucketSample, u64) {
     let stale = g.all_stale();
@@ -223,7 +241,7 @@ fn measure_bucket(
             Err(_) => {}
         }
     }
-    let acc = measure(reader, &cands, budget, rng);
+    let acc = measure(reads.reader, &cands, budget, reads.rng, reads.fresh);
     if stale {
         tally.acc.merge(&acc);
     }

@@ -46,6 +46,9 @@ fn pick(c: &Candidate, rng: &mut SmallRng, len: u64) -> (u64, u64) {
 /// returns (also on an error).
 pub(super) struct Reader {
     ring: Ring,
+    /// Each read's file (its descriptor's number) and length, in order.
+    #[cfg(test)]
+    pub(super) log: Vec<(i32, u64)>,
 }
 
 impl Reader {
@@ -53,12 +56,16 @@ impl Reader {
         let (io, _) = open_backend(BackendChoice::Auto, BufferPool::new(DEPTH, REQ))?;
         Ok(Reader {
             ring: Ring::new(io, Default::default()),
+            #[cfg(test)]
+            log: vec![],
         })
     }
 
     /// Reads `[off, off+len)` in 1 MiB requests, up to 8 in flight.
     /// Returns the elapsed time, or the first error.
     fn region(&mut self, fd: &OwnedFd, off: u64, len: u64) -> io::Result<Duration> {
+        #[cfg(test)]
+        self.log.push((std::os::fd::AsRawFd::as_raw_fd(fd), len));
         let mut io = self.ring.file(fd.as_fd())?;
         let t = Instant::now();
         let mut next = off;
@@ -96,6 +103,9 @@ impl Reader {
     }
 
     fn small(&mut self, fd: &OwnedFd, off: u64) -> io::Result<Duration> {
+        #[cfg(test)]
+        self.log
+            .push((std::os::fd::AsRawFd::as_raw_fd(fd), SMALL as u64));
         let mut io = self.ring.file(fd.as_fd())?;
         let t = Instant::now();
         io.sync(0, Op::Read, off, SMALL)?;
@@ -134,63 +144,178 @@ impl Acc {
     }
 }
 
-/// Spends about `budget` bytes on sequential regions and small reads of
-/// `cands` (weighted by their data bytes).
+/// The candidate at a byte drawn uniformly over `cands`' data.
+fn choose<'c>(cands: &'c [Candidate], total: u64, rng: &mut SmallRng) -> &'c Candidate {
+    let mut at = rng.random_range(0..total);
+    for c in cands {
+        if at < c.total {
+            return c;
+        }
+        at -= c.total;
+    }
+    &cands[0]
+}
+
+/// About `budget` bytes of reads of `cands` (weighted by their data
+/// bytes), taken one read at a time ([`Plan::step`]) so that two plans
+/// can go in step ([`InStep`]): sequential regions first, then an eighth
+/// of the budget (at most 64) in single small reads.
+pub(super) struct Plan<'c> {
+    cands: &'c [Candidate],
+    total: u64,
+    budget: u64,
+    seq_left: u64,
+    small_left: u64,
+    misses: u32,
+    pub(super) acc: Acc,
+}
+
+impl<'c> Plan<'c> {
+    pub(super) fn new(cands: &'c [Candidate], budget: u64) -> Plan<'c> {
+        let total: u64 = cands.iter().map(|c| c.total).sum();
+        let (seq_left, small_left) = if total == 0 || budget < SMALL as u64 {
+            (0, 0)
+        } else {
+            let small = (budget / 8 / SMALL as u64).clamp(1, 64);
+            (budget - small * SMALL as u64, small)
+        };
+        Plan {
+            cands,
+            total,
+            budget,
+            seq_left,
+            small_left,
+            misses: 0,
+            acc: Acc::default(),
+        }
+    }
+
+    /// The share of the budget read so far (1 with no budget).
+    pub(super) fn done(&self) -> f64 {
+        if self.budget == 0 {
+            return 1.0;
+        }
+        self.acc.bytes as f64 / self.budget as f64
+    }
+
+    /// One read: a region while the sequential budget lasts, then a small
+    /// read. `false` when the plan is through.
+    pub(super) fn step(&mut self, reader: &mut Reader, rng: &mut SmallRng) -> bool {
+        while self.seq_left >= ALIGN && self.misses < 64 {
+            let c = choose(self.cands, self.total, rng);
+            let (off, len) = pick(c, rng, REGION.min(self.seq_left / ALIGN * ALIGN));
+            if len == 0 {
+                self.misses += 1;
+                continue;
+            }
+            self.seq_left -= len;
+            self.acc.bytes += len;
+            match reader.region(&c.fd, off, len) {
+                Ok(d) => {
+                    let secs = d.as_secs_f64().max(1e-9);
+                    // Regions under 1 MiB say more about latency than throughput.
+                    if len >= REQ as u64 {
+                        self.acc.regions.push(len as f64 / secs);
+                        self.acc.seq_bytes += len;
+                        self.acc.seq_secs += secs;
+                    }
+                }
+                Err(_) => self.acc.errors += 1,
+            }
+            return true;
+        }
+        if self.small_left == 0 {
+            return false;
+        }
+        self.small_left -= 1;
+        let c = choose(self.cands, self.total, rng);
+        let (off, _) = pick(c, rng, SMALL as u64);
+        self.acc.bytes += SMALL as u64;
+        match reader.small(&c.fd, off) {
+            Ok(d) => self.acc.lat_ms.push(d.as_secs_f64() * 1e3),
+            Err(_) => self.acc.errors += 1,
+        }
+        true
+    }
+}
+
+/// Spends about `budget` bytes on reads of `cands` ([`Plan`]), keeping
+/// `fresh` in step.
 pub(super) fn measure(
     reader: &mut Reader,
     cands: &[Candidate],
     budget: u64,
     rng: &mut SmallRng,
+    fresh: &mut InStep,
 ) -> Acc {
-    let mut acc = Acc::default();
-    let total: u64 = cands.iter().map(|c| c.total).sum();
-    if total == 0 || budget < SMALL as u64 {
-        return acc;
+    let mut plan = Plan::new(cands, budget);
+    let mut before = 0;
+    while plan.step(reader, rng) {
+        fresh.stale_read(plan.acc.bytes - before, reader, rng);
+        before = plan.acc.bytes;
     }
-    let choose = |rng: &mut SmallRng| {
-        let mut at = rng.random_range(0..total);
-        for c in cands {
-            if at < c.total {
-                return c;
-            }
-            at -= c.total;
-        }
-        &cands[0]
-    };
-    // An eighth for latency (at most 64 reads), the rest sequential.
-    let small_reads = (budget / 8 / SMALL as u64).clamp(1, 64);
-    let mut seq_budget = budget - small_reads * SMALL as u64;
-    let mut misses = 0;
-    while seq_budget >= ALIGN && misses < 64 {
-        let c = choose(rng);
-        let (off, len) = pick(c, rng, REGION.min(seq_budget / ALIGN * ALIGN));
-        if len == 0 {
-            misses += 1;
-            continue;
-        }
-        seq_budget -= len;
-        acc.bytes += len;
-        match reader.region(&c.fd, off, len) {
-            Ok(d) => {
-                let secs = d.as_secs_f64().max(1e-9);
-                // Regions under 1 MiB say more about latency than throughput.
-                if len >= REQ as u64 {
-                    acc.regions.push(len as f64 / secs);
-                    acc.seq_bytes += len;
-                    acc.seq_secs += secs;
-                }
-            }
-            Err(_) => acc.errors += 1,
-        }
-    }
-    for _ in 0..small_reads {
-        let c = choose(rng);
-        let (off, _) = pick(c, rng, SMALL as u64);
-        acc.bytes += SMALL as u64;
-        match reader.small(&c.fd, off) {
-            Ok(d) => acc.lat_ms.push(d.as_secs_f64() * 1e3),
-            Err(_) => acc.errors += 1,
+    plan.acc
+}
+
+/// The canary's reads in step with the stale data's, so that both see
+/// the round's load alike.
+///
+/// A burst of load (another process's reads, a host short of CPU) lasts
+/// seconds and slows every read made under it. The canary used to be read
+/// last, in the round's last second or so: a burst over the stale reads
+/// alone read as age, one over the canary alone as youth, and rounds on
+/// a loaded testbed measured stale data's excess off by ±0.03 where the
+/// data's own was 0.1–0.2 (`.ci/stress` logs, 2026-11-28; canary and
+/// stale deviations across rounds did not move together). In step, they
+/// share a round's load, and the forecast can tell a shared move from
+/// a canary's own noise ([`crate::policy::forecast`]).
+///
+/// After each stale read, the canary reads until its share of its budget
+/// is the stale reads' share of theirs, past the first [`SETTLE`] of
+/// them: the canary was written and `fdatasync`ed moments before, and a
+/// drive that acknowledged it from a cache has that long to move it out
+/// (it was read after all the stale data before). What is left when the
+/// stale reads are through (all of it with none) is read at the end.
+pub(super) struct InStep<'c> {
+    canary: Option<Plan<'c>>,
+    stale_budget: u64,
+    stale_read: u64,
+}
+
+/// The share of the stale reads before the canary's first.
+pub(super) const SETTLE: f64 = 0.25;
+
+impl<'c> InStep<'c> {
+    pub(super) fn new(canary: Option<Plan<'c>>, stale_budget: u64) -> InStep<'c> {
+        InStep {
+            canary,
+            stale_budget,
+            stale_read: 0,
         }
     }
-    acc
+
+    /// The canary's share due when the stale reads have read `done` of
+    /// theirs.
+    pub(super) fn due(done: f64) -> f64 {
+        ((done - SETTLE) / (1.0 - SETTLE)).clamp(0.0, 1.0)
+    }
+
+    fn stale_read(&mut self, bytes: u64, reader: &mut Reader, rng: &mut SmallRng) {
+        self.stale_read += bytes;
+        let Some(canary) = &mut self.canary else {
+            return;
+        };
+        if self.stale_budget == 0 {
+            return;
+        }
+        let due = Self::due(self.stale_read as f64 / self.stale_budget as f64);
+        while canary.done() < due && canary.step(reader, rng) {}
+    }
+
+    /// The canary's reads, the rest of them read now; `None` without one.
+    pub(super) fn finish(self, reader: &mut Reader, rng: &mut SmallRng) -> Option<Acc> {
+        let mut canary = self.canary?;
+        while canary.step(reader, rng) {}
+        Some(canary.acc)
+    }
 }

@@ -44,3 +44,68 @@ fn buckets_cover_every_age() {
     assert_eq!(bucket_label(0), "0-1");
     assert_eq!(bucket_label(BUCKET_EDGES.len() - 1), "24+");
 }
+
+/// A file of `len` bytes in `dir`, opened for O_DIRECT reads.
+fn readable(dir: &Path, name: &str, len: usize) -> Candidate {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, vec![7u8; len]).unwrap_or_else(|e| panic!("{e}"));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(OFlags::DIRECT.bits() as i32)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{e}"));
+    Candidate {
+        fd: f.into(),
+        extents: vec![(0, len as u64)],
+        total: len as u64,
+    }
+}
+
+/// The canary is read in step with the stale data: none of it before the
+/// stale reads are [`read::SETTLE`] through, and by the time they are
+/// three quarters through, the canary has read at least half of its
+/// budget, every region among the stale reads. Read last (the sampler
+/// before 2026-11-28, or `InStep` that does not keep step), it would meet
+/// a burst of load the stale reads did not, or miss one they met.
+#[test]
+fn the_canary_is_read_in_step_with_the_stale_data() {
+    use std::os::fd::AsRawFd;
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
+    let mib = 1 << 20;
+    let stale = [readable(tmp.path(), "stale", 32 * mib)];
+    let canary = [readable(tmp.path(), "canary", 8 * mib)];
+    let (stale_fd, canary_fd) = (stale[0].fd.as_raw_fd(), canary[0].fd.as_raw_fd());
+    let mut reader = Reader::new().unwrap_or_else(|e| panic!("{e}"));
+    let mut rng = SmallRng::seed_from_u64(1);
+    let budget = 24 * mib as u64;
+    let mut in_step = InStep::new(Some(Plan::new(&canary, 8 * mib as u64)), budget);
+    let acc = measure(&mut reader, &stale, budget, &mut rng, &mut in_step);
+    assert!(acc.bytes > budget * 9 / 10, "{} of {budget}", acc.bytes);
+    let rest = in_step.finish(&mut reader, &mut rng).map(|a| a.bytes);
+    assert!(rest > Some(7 * mib as u64), "{rest:?}");
+    // The stale reads' share done before each canary read.
+    let mut seen = 0;
+    let mut canary_at = vec![];
+    for &(fd, len) in &reader.log {
+        if fd == stale_fd {
+            seen += len;
+        } else {
+            assert_eq!(fd, canary_fd);
+            canary_at.push((seen as f64 / budget as f64, len));
+        }
+    }
+    assert!(
+        canary_at.iter().all(|&(at, _)| at >= read::SETTLE),
+        "a canary read before the stale reads settled: {canary_at:?}"
+    );
+    let by_three_quarters: u64 = canary_at
+        .iter()
+        .filter(|&&(at, _)| at <= 0.75)
+        .map(|&(_, len)| len)
+        .sum();
+    assert!(
+        by_three_quarters >= 4 * mib as u64,
+        "{by_three_quarters} bytes of the canary read by three quarters of the stale reads: {canary_at:?}"
+    );
+}
