@@ -28,9 +28,10 @@
 //! A burst of load on the testbed lasts many rounds and slows a round's
 //! stale data and its canary alike: against the median canary alone it
 //! read as age, and a `.ci/stress` run failed at +27 % (2026-11-28).
-//! Each round's points are now measured against the median moved toward
-//! the round's own canary (`History::references`); a quiet run after it
-//! came out −14..−12 %. `tools/forecast-replay.py` replays a run's
+//! Each round's points were then measured against the median moved
+//! toward the round's own canary by the share of the canaries' spread
+//! successive rounds could not tell from noise; a quiet run after it came
+//! out −14..−12 %. `tools/forecast-replay.py` replays a run's
 //! printed rounds under each reference.
 //!
 //! Beside `.ci/stress` on that code (2026-11-28) it failed two runs of

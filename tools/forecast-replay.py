@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Replays the rounds printed by tests/forecast.rs's
 `privileged_the_forecast_says_when_the_drive_degrades` (one line per
-round: "age A months: ratio Some(R), fresh F MB/s, ...") under three
+round: "age A months: ratio Some(R), fresh F MB/s, ...") under four
 fresh references, to tell a run's forecast error by its cause:
 
 - median: the median canary of the kept rounds (the code's before 2026-11-28);

@@ -30,7 +30,8 @@ A loaded host (LOAD > 0): bursts of load start at a round with chance
 the testbed test's, where one round takes ~10 s), each adding a delay of
 up to LOAD (uniform) times a fresh read's time to every read of a round
 (BURST=both), or to its canary alone (BURST=canary: a burst that falls
-on the canary, read last in a round, and not on the stale data). The
+on the canary and not on the stale data, as one could when the sampler
+read the canary last in a round, before 2026-11-28). The
 drive is declared degraded by the round's own canary, as the daemon
 does. JITTER > 0: load that changes every round, a delay of up to JITTER
 (uniform) times a fresh read's time on every read of the round, canary

@@ -254,6 +254,10 @@ pub(super) fn measure(
         fresh.stale_read(plan.acc.bytes - before, reader, rng);
         before = plan.acc.bytes;
     }
+    // What a bucket could not read (files that would not open, too few
+    // extents) moves the canary on too: else it falls behind, and is read
+    // last after all.
+    fresh.stale_read(budget.saturating_sub(plan.acc.bytes), reader, rng);
     plan.acc
 }
 
@@ -270,12 +274,17 @@ pub(super) fn measure(
 /// share a round's load, and the forecast can tell a shared move from
 /// a canary's own noise ([`crate::policy::forecast`]).
 ///
-/// After each stale read, the canary reads until its share of its budget
-/// is the stale reads' share of theirs, past the first [`SETTLE`] of
-/// them: the canary was written and `fdatasync`ed moments before, and a
-/// drive that acknowledged it from a cache has that long to move it out
-/// (it was read after all the stale data before). What is left when the
-/// stale reads are through (all of it with none) is read at the end.
+/// After each of the buckets' reads (stale or not: "stale" here is the
+/// aged data the canary is measured against), the canary reads until its
+/// share of its budget is the buckets' share of theirs, past the first
+/// [`SETTLE`] of them (what a bucket leaves unread counts as read): the
+/// canary was written and `fdatasync`ed moments before, and a drive that
+/// acknowledged it from a cache has that long to move it out. How long
+/// that is depends on the budget and the drive (1–2 s on the testbed at
+/// the default 256 MiB; before 2026-11-28, all of the buckets' reads); a
+/// drive that serves reads of fresh writes from its cache for longer is
+/// not something this was measured on. What is left when the buckets'
+/// reads are through (all of it with none) is read at the end.
 pub(super) struct InStep<'c> {
     canary: Option<Plan<'c>>,
     stale_budget: u64,

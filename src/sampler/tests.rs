@@ -81,9 +81,16 @@ fn the_canary_is_read_in_step_with_the_stale_data() {
     let budget = 24 * mib as u64;
     let mut in_step = InStep::new(Some(Plan::new(&canary, 8 * mib as u64)), budget);
     let acc = measure(&mut reader, &stale, budget, &mut rng, &mut in_step);
-    assert!(acc.bytes > budget * 9 / 10, "{} of {budget}", acc.bytes);
-    let rest = in_step.finish(&mut reader, &mut rng).map(|a| a.bytes);
-    assert!(rest > Some(7 * mib as u64), "{rest:?}");
+    assert!(
+        acc.bytes > budget * 9 / 10 && acc.bytes <= budget,
+        "{} of {budget}",
+        acc.bytes
+    );
+    let canary_read = in_step.finish(&mut reader, &mut rng).map(|a| a.bytes);
+    assert!(
+        canary_read > Some(7 * mib as u64) && canary_read <= Some(8 * mib as u64),
+        "{canary_read:?}"
+    );
     // The stale reads' share done before each canary read.
     let mut seen = 0;
     let mut canary_at = vec![];
@@ -108,4 +115,24 @@ fn the_canary_is_read_in_step_with_the_stale_data() {
         by_three_quarters >= 4 * mib as u64,
         "{by_three_quarters} bytes of the canary read by three quarters of the stale reads: {canary_at:?}"
     );
+}
+
+/// A bucket that reads nothing of its budget (its files would not open)
+/// still moves the canary on: it is read while the buckets are, not left
+/// for the end.
+#[test]
+fn a_bucket_that_reads_nothing_moves_the_canary_on() {
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
+    let mib = 1 << 20;
+    let canary = [readable(tmp.path(), "canary", 8 * mib)];
+    let mut reader = Reader::new().unwrap_or_else(|e| panic!("{e}"));
+    let mut rng = SmallRng::seed_from_u64(1);
+    let budget = 24 * mib as u64;
+    let mut in_step = InStep::new(Some(Plan::new(&canary, 8 * mib as u64)), budget);
+    let acc = measure(&mut reader, &[], budget, &mut rng, &mut in_step);
+    assert_eq!(acc.bytes, 0);
+    let during = reader.log.len();
+    let canary_read = in_step.finish(&mut reader, &mut rng).map(|a| a.bytes);
+    assert!(canary_read > Some(7 * mib as u64), "{canary_read:?}");
+    assert_eq!(reader.log.len(), during, "the canary was left for the end");
 }
