@@ -24,9 +24,16 @@ measured excess against the model's every sixth round.
 The test prints "degraded at M months" when it passes; a failed run's
 log needs M given (its panic message says when the drive degraded).
 """
+import importlib.util
 import math
+import os
 import re
 import sys
+
+_spec = importlib.util.spec_from_file_location(
+    "forecast_sim", os.path.join(os.path.dirname(os.path.abspath(__file__)), "forecast-sim.py"))
+SIM = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(SIM)
 
 KEEP, MIN_EXCESS = 48, 0.05
 
@@ -57,20 +64,10 @@ def references(window, mode):
     m = median(lf)
     w = 0.0
     if mode == "code":
-        # The code's (src/policy/forecast.rs, `History::shared_share`).
-        mid = math.exp(m)
-        x = [mid / f for f in fresh]
-        y = [mid / (r * f) for _, r, f in window]
-        num = den = 0.0
-        for lag in range(1, 9):
-            dx = [b - a for a, b in zip(x, x[lag:])]
-            dy = [b - a for a, b in zip(y, y[lag:])]
-            if len(dx) < 2:
-                continue
-            ageing = sum(dy) / len(dy)
-            num += sum(a * (b - ageing) for a, b in zip(dx, dy))
-            den += sum(a * a for a in dx)
-        w = max(0.0, min(1.0, num / den)) if den > 0 else 0.0
+        # The code's (src/policy/forecast.rs, `History::shared_share`),
+        # as the simulator has it.
+        rounds = [(a, f, r * f) for a, r, f in window]
+        w = SIM.shared_share(rounds, math.exp(m))
     if mode == "steps":
         var = sum((x - m) ** 2 for x in lf) / len(lf)
         noise = var

@@ -246,4 +246,5 @@ def main():
         print(f"{row} || mean {st.mean(oks):.2f}", flush=True)
 
 
-main()
+if __name__ == "__main__":
+    main()
