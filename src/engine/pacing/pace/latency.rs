@@ -82,6 +82,13 @@ impl Separator {
         (reads >= MIN_READS / 2).then(|| tick * self.window.len() as u32 / reads as u32)
     }
 
+    /// The application's reads per second over the window, when it read
+    /// enough to say.
+    pub fn reads_per_sec(&self, tick: std::time::Duration) -> Option<f64> {
+        let reads = self.reads();
+        (reads >= MIN_READS).then(|| reads as f64 / (tick * self.window.len() as u32).as_secs_f64())
+    }
+
     /// The application's mean read latency over the window, in ms, when
     /// it read enough to say.
     pub fn latency_ms(&self) -> Option<f64> {

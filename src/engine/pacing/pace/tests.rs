@@ -175,8 +175,8 @@ fn the_application_makes_it_learn_its_latency_then_share_from_the_floor() {
     assert_eq!(a.depth, 1);
     assert_eq!(
         a.request,
-        Some(MIN_REQUEST),
-        "10 ms of the rate, at least 64 KiB"
+        Some(MAX_REQUEST),
+        "1,000 reads a second: 5 of ours at most, and 4 MiB/s in them is more than 1 MiB each"
     );
     r.shows("the application reads on sdz");
     assert_eq!(
@@ -184,6 +184,50 @@ fn the_application_makes_it_learn_its_latency_then_share_from_the_floor() {
         IOPRIO_BE7,
         "the floor is a promise"
     );
+}
+
+/// Each request of ours can make one of the application's reads wait:
+/// while sharing, they are few enough that at most half a percent of its
+/// reads do (its p99 sees 1 %), at every rate the controller goes through,
+/// and no larger than that asks (a read that waits, waits for all of one).
+#[test]
+fn requests_are_few_enough_for_the_applications_tail() {
+    for (reads_per_tick, alone_ms) in [(100, 0.4), (250, 0.4), (2_000, 0.04)] {
+        let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+        r.tick_with(0, reads_per_tick, alone_ms);
+        let end = r.now + LEARN;
+        while r.now < end {
+            r.tick_with(0, reads_per_tick, alone_ms);
+        }
+        assert!(r.sharing());
+        let app_reads_per_s = reads_per_tick as f64 / TICK.as_secs_f64();
+        let mut seen = vec![];
+        for _ in 0..40 {
+            // Unhurt: the rate grows from the floor.
+            r.tick_with(0, reads_per_tick, alone_ms);
+            let a = r.pacer.allowance();
+            let (rate, request) = (a.rate.unwrap() as f64, a.request.unwrap() as f64);
+            let ours_per_s = 2.0 * rate / request;
+            seen.push((rate, request));
+            if request < MAX_REQUEST as f64 {
+                assert!(
+                    ours_per_s <= TAIL_SHARE * app_reads_per_s * 1.01,
+                    "{ours_per_s:.0} requests of ours a second beside {app_reads_per_s:.0} reads"
+                );
+            }
+            if request > MIN_REQUEST as f64 && request > rate * REQUEST_TIME + 4096.0 {
+                assert!(
+                    ours_per_s >= TAIL_SHARE * app_reads_per_s * 0.95,
+                    "{request} B is larger than {app_reads_per_s:.0} reads a second ask"
+                );
+            }
+        }
+        let (first, last) = (seen[0], seen[seen.len() - 1]);
+        assert!(last.0 > first.0 * 4.0, "the rate grew: {seen:?}");
+        if reads_per_tick == 2_000 {
+            assert!(last.1 > first.1, "and the request with it: {seen:?}");
+        }
+    }
 }
 
 #[test]
@@ -513,15 +557,17 @@ fn a_pause_ends_at_the_applications_first_read_in_flight() {
         r.tick_with(1, 0, 0.0);
     }
     assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "paused");
-    // Two reads of ours in flight, and the drive counts two: ours.
+    // Two reads of ours in flight, of 1 MiB: the drive counts four
+    // pieces, all ours.
+    assert_eq!(sharing.request, Some(MIB));
     r.pacer.own().read_started();
     r.pacer.own().read_started();
-    *r.drive.1.lock().unwrap() = 2;
+    *r.drive.1.lock().unwrap() = 4;
     r.now += TICK / 10;
     assert!(!r.pacer.tick(r.now));
     assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "only ours");
-    // A third: the application's, between two ticks.
-    *r.drive.1.lock().unwrap() = 3;
+    // A fifth: the application's, between two ticks.
+    *r.drive.1.lock().unwrap() = 5;
     r.now += TICK / 10;
     assert!(r.pacer.tick(r.now), "the allowance changed");
     assert_eq!(r.pacer.allowance(), sharing, "back to the controller's");
