@@ -41,7 +41,7 @@ use crate::io::buffers::BufferPool;
 use crate::units::ByteSize;
 pub use buckets::Buckets;
 use candidate::{candidate, Candidate, Unreadable};
-use read::{measure, Acc, InStep, Plan, Reader, REGION, REQ};
+use read::{measure, Acc, InStep, Plan, Reader, Reads, REGION, REQ};
 pub use refreshd_protocol::sample::{
     bucket_label, bucket_of, BucketSample, DriveSample, Measurement, Percentiles, BUCKET_EDGES,
     MONTH,
@@ -148,21 +148,21 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
     let canary_len = canary.as_ref().map_or(canary_len, |c| c.total);
     let left = budget - if canary.is_ok() { canary_len } else { 0 };
     let per_bucket = left.checked_div(used).unwrap_or(0);
-    let canary_cand = canary.as_ref().ok();
-    let canary_plan = canary_cand.map(|c| Plan::new(std::slice::from_ref(c), canary_len));
+    let canary_plan =
+        (canary.as_ref().ok()).map(|c| Plan::new(std::slice::from_ref(c), canary_len));
     let mut in_step = InStep::new(canary_plan, per_bucket * used);
     let mut buckets = vec![];
     let mut stale = StaleTally::default();
     let mut total_read = 0;
+    let mut reads = Reads {
+        reader: &mut reader,
+        rng: &mut rng,
+        fresh: &mut in_step,
+    };
     for (i, g) in groups.into_iter().enumerate() {
         if g.files == 0 {
             continue;
         }
-        let mut reads = Reads {
-            reader: &mut reader,
-            rng: &mut rng,
-            fresh: &mut in_step,
-        };
         let (b, read) = measure_bucket(i, g, &mut reads, per_bucket, &mut stale);
         total_read += read;
         buckets.push(b);
@@ -194,14 +194,6 @@ pub fn sample_buckets(b: Buckets, opts: &SampleOptions) -> io::Result<DriveSampl
         canary_bytes,
         seconds: started.elapsed().as_secs_f64(),
     })
-}
-
-/// What a bucket's reads go through: the round's reader and draws, and
-/// the canary kept in step with them.
-struct Reads<'r, 'c> {
-    reader: &'r mut Reader,
-    rng: &'r mut SmallRng,
-    fresh: &'r mut InStep<'c>,
 }
 
 /// The stale buckets of a round together.
@@ -241,7 +233,7 @@ fn measure_bucket(
             Err(_) => {}
         }
     }
-    let acc = measure(reads.reader, &cands, budget, reads.rng, reads.fresh);
+    let acc = measure(reads, &cands, budget);
     if stale {
         tally.acc.merge(&acc);
     }

@@ -239,25 +239,30 @@ impl<'c> Plan<'c> {
     }
 }
 
+/// What a round's reads go through: its reader and draws, and the canary
+/// kept in step with them.
+pub(super) struct Reads<'r, 'c> {
+    pub reader: &'r mut Reader,
+    pub rng: &'r mut SmallRng,
+    pub fresh: &'r mut InStep<'c>,
+}
+
 /// Spends about `budget` bytes on reads of `cands` ([`Plan`]), keeping
-/// `fresh` in step.
-pub(super) fn measure(
-    reader: &mut Reader,
-    cands: &[Candidate],
-    budget: u64,
-    rng: &mut SmallRng,
-    fresh: &mut InStep,
-) -> Acc {
+/// the canary in step.
+pub(super) fn measure(reads: &mut Reads, cands: &[Candidate], budget: u64) -> Acc {
     let mut plan = Plan::new(cands, budget);
     let mut before = 0;
-    while plan.step(reader, rng) {
-        fresh.stale_read(plan.acc.bytes - before, reader, rng);
+    while plan.step(reads.reader, reads.rng) {
+        reads
+            .fresh
+            .stale_read(plan.acc.bytes - before, reads.reader, reads.rng);
         before = plan.acc.bytes;
     }
     // What a bucket could not read (files that would not open, too few
     // extents) moves the canary on too: else it falls behind, and is read
     // last after all.
-    fresh.stale_read(budget.saturating_sub(plan.acc.bytes), reader, rng);
+    let unread = budget.saturating_sub(plan.acc.bytes);
+    reads.fresh.stale_read(unread, reads.reader, reads.rng);
     plan.acc
 }
 
@@ -305,7 +310,7 @@ impl<'c> InStep<'c> {
 
     /// The canary's share due when the stale reads have read `done` of
     /// theirs.
-    pub(super) fn due(done: f64) -> f64 {
+    fn due(done: f64) -> f64 {
         ((done - SETTLE) / (1.0 - SETTLE)).clamp(0.0, 1.0)
     }
 

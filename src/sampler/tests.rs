@@ -80,7 +80,12 @@ fn the_canary_is_read_in_step_with_the_stale_data() {
     let mut rng = SmallRng::seed_from_u64(1);
     let budget = 24 * mib as u64;
     let mut in_step = InStep::new(Some(Plan::new(&canary, 8 * mib as u64)), budget);
-    let acc = measure(&mut reader, &stale, budget, &mut rng, &mut in_step);
+    let mut reads = Reads {
+        reader: &mut reader,
+        rng: &mut rng,
+        fresh: &mut in_step,
+    };
+    let acc = measure(&mut reads, &stale, budget);
     assert!(
         acc.bytes > budget * 9 / 10 && acc.bytes <= budget,
         "{} of {budget}",
@@ -129,7 +134,12 @@ fn a_bucket_that_reads_nothing_moves_the_canary_on() {
     let mut rng = SmallRng::seed_from_u64(1);
     let budget = 24 * mib as u64;
     let mut in_step = InStep::new(Some(Plan::new(&canary, 8 * mib as u64)), budget);
-    let acc = measure(&mut reader, &[], budget, &mut rng, &mut in_step);
+    let mut reads = Reads {
+        reader: &mut reader,
+        rng: &mut rng,
+        fresh: &mut in_step,
+    };
+    let acc = measure(&mut reads, &[], budget);
     assert_eq!(acc.bytes, 0);
     let during = reader.log.len();
     let canary_read = in_step.finish(&mut reader, &mut rng).map(|a| a.bytes);

@@ -175,8 +175,8 @@ fn the_application_makes_it_learn_its_latency_then_share_from_the_floor() {
     assert_eq!(a.depth, 1);
     assert_eq!(
         a.request,
-        Some(MAX_REQUEST),
-        "1,000 reads a second: 5 of ours at most, and 4 MiB/s in them is more than 1 MiB each"
+        Some(512 << 10),
+        "1,000 reads a second: 5 of ours at most; 4 MiB/s in them is more than the 512 KiB the drive takes in one"
     );
     r.shows("the application reads on sdz");
     assert_eq!(
@@ -209,7 +209,11 @@ fn requests_are_few_enough_for_the_applications_tail() {
             let (rate, request) = (a.rate.unwrap() as f64, a.request.unwrap() as f64);
             let ours_per_s = 2.0 * rate / request;
             seen.push((rate, request));
-            if request < MAX_REQUEST as f64 {
+            assert!(
+                request <= (512 << 10) as f64,
+                "one piece at the drive: {request}"
+            );
+            if request < (512 << 10) as f64 {
                 assert!(
                     ours_per_s <= TAIL_SHARE * app_reads_per_s * 1.01,
                     "{ours_per_s:.0} requests of ours a second beside {app_reads_per_s:.0} reads"
@@ -245,7 +249,8 @@ fn the_rate_grows_while_the_application_keeps_its_latency_and_is_cut_when_it_doe
         "{grown} → {cut}"
     );
     assert_eq!(r.pacer.allowance().depth, 1);
-    r.shows("2.00× its 0.40 ms alone");
+    r.shows("2.00× its 0.40 ms alone; refresh at ");
+    r.shows("MiB/s in 512 KiB requests (over its 1.1× aim: slowing down)");
     // Never above the configured rate.
     r.app_for(Duration::from_secs(20), 1, 0.4);
     assert_eq!(r.rate(), 50 * MIB);
@@ -257,6 +262,8 @@ fn the_floor_holds_however_the_application_suffers() {
     r.app_for(Duration::from_secs(10), 1, 4.0);
     assert_eq!(r.rate(), FLOOR);
     assert!(r.sharing());
+    r.shows("10.00× its 0.40 ms alone; refresh at 4.0 MiB/s in 512 KiB requests");
+    r.shows("(over its 1.1× aim, held at the floor: progress is a promise)");
 }
 
 #[test]
@@ -557,17 +564,15 @@ fn a_pause_ends_at_the_applications_first_read_in_flight() {
         r.tick_with(1, 0, 0.0);
     }
     assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "paused");
-    // Two reads of ours in flight, of 1 MiB: the drive counts four
-    // pieces, all ours.
-    assert_eq!(sharing.request, Some(MIB));
+    // Two reads of ours in flight, and the drive counts two: ours.
     r.pacer.own().read_started();
     r.pacer.own().read_started();
-    *r.drive.1.lock().unwrap() = 4;
+    *r.drive.1.lock().unwrap() = 2;
     r.now += TICK / 10;
     assert!(!r.pacer.tick(r.now));
     assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "only ours");
-    // A fifth: the application's, between two ticks.
-    *r.drive.1.lock().unwrap() = 5;
+    // A third: the application's, between two ticks.
+    *r.drive.1.lock().unwrap() = 3;
     r.now += TICK / 10;
     assert!(r.pacer.tick(r.now), "the allowance changed");
     assert_eq!(r.pacer.allowance(), sharing, "back to the controller's");
