@@ -52,8 +52,9 @@
 //! is: while sharing, requests are as large as keeps them under
 //! [`TAIL_SHARE`] of the application's reads, and no larger than the
 //! drive takes in one (a busy reader at QD1 on the testbed's one
-//! channel: 1 MiB, p99 1.10× alone; at the 64 KiB the pacer before this
-//! one sized them for, 6.2×; see [`Pacer::size_requests`]). The rate never goes below the floor: progress is a promise. When the
+//! channel: 512 KiB, p99 1.15× alone; at the 64 KiB the pacer before
+//! this one sized them for, 6.2×; see [`Pacer::size_requests`]). The
+//! rate never goes below the floor: progress is a promise. When the
 //! application has not read for [`QUIET`] (longer than the pauses of a
 //! bursty reader), the refresh runs at the configured rate and depth.
 //!

@@ -167,11 +167,13 @@ impl Pacer {
     /// bounds whatever the size. So a request carries 2 · rate /
     /// ([`TAIL_SHARE`] · the application's reads per second) bytes (each
     /// is read, then written: two requests), at least [`REQUEST_TIME`] of
-    /// the rate, 64 KiB to 1 MiB. Measured on the testbed, one channel, a
-    /// reader at QD1 doing 2,500 reads/s: requests of 64 KiB (200 of ours
-    /// a second, 8 % of its reads) put its p99 at 6.2× alone at 6.2 MiB/s;
-    /// of 1 MiB (11 a second, 0.45 %), 1.10× at 5.6 MiB/s, its mean 1.37×
-    /// and 1.19×.
+    /// the rate, 64 KiB to 1 MiB, at most what the drive takes in one
+    /// (512 KiB on the testbed: there a reader below ~3,200 reads/s at
+    /// 4 MiB/s gets that, and more of ours than the share). Measured on
+    /// the testbed, one channel, a reader at QD1 doing 2,500 reads/s, one
+    /// run each: requests of 64 KiB (200 of ours a second, 8 % of its
+    /// reads) put its p99 at 6.2× alone at 6.2 MiB/s; of 512 KiB (~24 a
+    /// second, 1 %), 1.15× at 6.1 MiB/s (docs/benchmarks.md).
     ///
     /// Not for a reader with many reads queued on one channel (QD8 on two
     /// channels): one request of ours delays all of them, as many as it
@@ -186,9 +188,11 @@ impl Pacer {
         } else {
             MAX_REQUEST as f64
         };
-        let request = (for_tail.max(rate * REQUEST_TIME) as u64).div_ceil(4096) * 4096;
         let largest = self.largest_request();
-        self.request = request.clamp(MIN_REQUEST.min(largest), largest);
+        // Bounded before the cast: with no configured rate, the rate
+        // grows without bound while the application is unhurt.
+        let request = for_tail.max(rate * REQUEST_TIME).min(largest as f64) as u64;
+        self.request = (request.div_ceil(4096) * 4096).clamp(MIN_REQUEST.min(largest), largest);
     }
 
     /// The largest request while sharing: 1 MiB, and never more than the
@@ -197,9 +201,9 @@ impl Pacer {
     /// counters then take each piece's time as ours for the whole
     /// request's: the application's latency reads low, and the rate
     /// grows past the aim. Measured on the testbed (`max_io` 512 KiB), 4
-    /// channels, a QD1 reader, 1 MiB requests: the controller held what
-    /// it read at the aim while the reader's mean was 1.43× alone, its
-    /// p99 4.65×.
+    /// channels, a QD1 reader, 1 MiB requests: the reader's mean went to
+    /// 1.43× alone, its p99 to 4.65×, while the rate grew (one run; the
+    /// cause is inferred from the accounting, not logged).
     fn largest_request(&self) -> u64 {
         let max_io = self.device.as_ref().map_or(MAX_REQUEST, |d| d.max_io());
         (max_io / 4096 * 4096).clamp(4096, MAX_REQUEST)
@@ -282,6 +286,8 @@ impl Pacer {
 
     pub(super) fn leave_sharing(&mut self) {
         self.phase = Phase::Alone;
+        // Another application (or drive) is sized for afresh.
+        self.app_reads_per_s = 0.0;
         self.paused = false;
         self.depth = 1;
         self.forget_depth_trials();

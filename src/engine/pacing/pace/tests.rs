@@ -176,7 +176,7 @@ fn the_application_makes_it_learn_its_latency_then_share_from_the_floor() {
     assert_eq!(
         a.request,
         Some(512 << 10),
-        "1,000 reads a second: 5 of ours at most; 4 MiB/s in them is more than the 512 KiB the drive takes in one"
+        "1,000 reads a second: 5 of ours at most, 2 x 4 MiB / 5 = 1.6 MiB each: more than the 512 KiB the drive takes in one"
     );
     r.shows("the application reads on sdz");
     assert_eq!(
@@ -232,6 +232,36 @@ fn requests_are_few_enough_for_the_applications_tail() {
             assert!(last.1 > first.1, "and the request with it: {seen:?}");
         }
     }
+}
+
+/// With no configured rate, the rate grows without bound while the
+/// application is unhurt: the request stays the drive's largest (it once
+/// overflowed when rounded after the cast).
+#[test]
+fn an_unbounded_rate_keeps_the_largest_request() {
+    let mut r = Rig::new(YieldMode::Auto, None).shared_with(0.4);
+    r.app_for(Duration::from_secs(120), 1, 0.4);
+    assert_eq!(r.pacer.allowance().request, Some(512 << 10));
+    assert!(r.rate() > 1 << 40, "{}", r.rate());
+}
+
+/// Another application is sized for afresh: what the one before read does
+/// not carry over.
+#[test]
+fn a_new_application_is_sized_afresh() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    // A busy one: 20,000 reads a second.
+    for _ in 0..6 {
+        r.tick_with(0, 2_000, 0.04);
+    }
+    assert!(r.sharing());
+    assert!(r.pacer.allowance().request.unwrap() < 512 << 10);
+    // Gone: the drive is ours.
+    for _ in 0..40 {
+        r.tick_with(0, 0, 0.0);
+    }
+    assert!(!r.sharing());
+    assert_eq!(r.pacer.app_reads_per_s, 0.0);
 }
 
 #[test]
