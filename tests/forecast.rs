@@ -564,16 +564,21 @@ fn privileged_a_daemon_whose_state_dir_fills_forecasts_on_and_keeps_its_rounds()
     let failed = daemon.log().matches(warning).count();
     assert!(failed >= 2, "{failed} failed writes\n{}", daemon.log());
     std::fs::remove_file(&filler).unwrap();
-    // The next round that adds one writes them all.
+    // The next round that adds one writes them all. Status shows a round
+    // before its rounds are written, so the kill must come after a second
+    // round: had it caught the first one's write, every round of the full
+    // disk would be lost with it, not one (CI saw that: 6 points after
+    // the restart, 7 held).
     let now = at(&daemon.status());
     daemon.wait_for("a round after the room came back", 60, |d| {
         at(&d.status()) > now.map(|t| t + 2)
     });
+    let written = at(&daemon.status());
     let mut held = 0;
-    daemon.wait_for("a forecast after the room came back", 60, |d| {
+    daemon.wait_for("a second round after the room came back", 60, |d| {
         let st = d.status();
         held = forecast_points(&st).unwrap_or(0);
-        at(&st) > now.map(|t| t + 2) && held > 0
+        at(&st) > written.map(|t| t + 2) && held > 0
     });
     drop(daemon); // killed
     let daemon = Daemon::start(tmp.path(), &cfg, port);
