@@ -72,38 +72,28 @@ fn readable(dir: &Path, name: &str, len: usize) -> Candidate {
 fn the_canary_is_read_in_step_with_the_stale_data() {
     use std::os::fd::AsRawFd;
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
-    let mib = 1 << 20;
-    let stale = [readable(tmp.path(), "stale", 32 * mib)];
-    let canary = [readable(tmp.path(), "canary", 8 * mib)];
-    let (stale_fd, canary_fd) = (stale[0].fd.as_raw_fd(), canary[0].fd.as_raw_fd());
-    let mut reader = Reader::new().unwrap_or_else(|e| panic!("{e}"));
-    let mut rng = SmallRng::seed_from_u64(1);
-    let budget = 24 * mib as u64;
-    let mut in_step = InStep::new(Some(Plan::new(&canary, 8 * mib as u64)), budget);
-    let mut reads = Reads {
-        reader: &mut reader,
-        rng: &mut rng,
-        fresh: &mut in_step,
-    };
-    let acc = measure(&mut reads, &stale, budget);
+    let stale = [readable(tmp.path(), "stale", 32 * MIB)];
+    let stale_fd = stale[0].fd.as_raw_fd();
+    let run = beside_a_canary(tmp.path(), &stale);
+    let (budget, mib) = (CANARY_RUN_BUDGET, MIB);
     assert!(
-        acc.bytes > budget * 9 / 10 && acc.bytes <= budget,
+        run.stale_bytes > budget * 9 / 10 && run.stale_bytes <= budget,
         "{} of {budget}",
-        acc.bytes
+        run.stale_bytes
     );
-    let canary_read = in_step.finish(&mut reader, &mut rng).map(|a| a.bytes);
     assert!(
-        canary_read > Some(7 * mib as u64) && canary_read <= Some(8 * mib as u64),
-        "{canary_read:?}"
+        run.canary_bytes > Some(7 * mib as u64) && run.canary_bytes <= Some(8 * mib as u64),
+        "{:?}",
+        run.canary_bytes
     );
     // The stale reads' share done before each canary read.
     let mut seen = 0;
     let mut canary_at = vec![];
-    for &(fd, len) in &reader.log {
+    for &(fd, len) in &run.log {
         if fd == stale_fd {
             seen += len;
         } else {
-            assert_eq!(fd, canary_fd);
+            assert_eq!(fd, run.canary_fd);
             canary_at.push((seen as f64 / budget as f64, len));
         }
     }
@@ -117,7 +107,7 @@ fn the_canary_is_read_in_step_with_the_stale_data() {
         .map(|&(_, len)| len)
         .sum();
     assert!(
-        by_three_quarters >= 4 * mib as u64,
+        by_three_quarters >= 4 * MIB as u64,
         "{by_three_quarters} bytes of the canary read by three quarters of the stale reads: {canary_at:?}"
     );
 }
@@ -128,21 +118,57 @@ fn the_canary_is_read_in_step_with_the_stale_data() {
 #[test]
 fn a_bucket_that_reads_nothing_moves_the_canary_on() {
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
-    let mib = 1 << 20;
-    let canary = [readable(tmp.path(), "canary", 8 * mib)];
+    let run = beside_a_canary(tmp.path(), &[]);
+    assert_eq!(run.stale_bytes, 0);
+    assert!(
+        run.canary_bytes > Some(7 * MIB as u64),
+        "{:?}",
+        run.canary_bytes
+    );
+    assert_eq!(
+        run.log.len(),
+        run.reads_during,
+        "the canary was left for the end"
+    );
+}
+
+const MIB: usize = 1 << 20;
+/// The stale reads' budget of [`beside_a_canary`].
+const CANARY_RUN_BUDGET: u64 = 24 * MIB as u64;
+
+/// What [`beside_a_canary`] read.
+struct CanaryRun {
+    stale_bytes: u64,
+    canary_bytes: Option<u64>,
+    canary_fd: std::os::fd::RawFd,
+    /// Every read, in order: its file and length.
+    log: Vec<(std::os::fd::RawFd, u64)>,
+    /// How many of them were made before the canary was finished.
+    reads_during: usize,
+}
+
+/// Measures `stale` on a budget of [`CANARY_RUN_BUDGET`] with an 8 MiB
+/// canary in `dir` read in step, then finishes the canary.
+fn beside_a_canary(dir: &Path, stale: &[Candidate]) -> CanaryRun {
+    use std::os::fd::AsRawFd;
+    let canary = [readable(dir, "canary", 8 * MIB)];
     let mut reader = Reader::new().unwrap_or_else(|e| panic!("{e}"));
     let mut rng = SmallRng::seed_from_u64(1);
-    let budget = 24 * mib as u64;
-    let mut in_step = InStep::new(Some(Plan::new(&canary, 8 * mib as u64)), budget);
+    let budget = CANARY_RUN_BUDGET;
+    let mut in_step = InStep::new(Some(Plan::new(&canary, 8 * MIB as u64)), budget);
     let mut reads = Reads {
         reader: &mut reader,
         rng: &mut rng,
         fresh: &mut in_step,
     };
-    let acc = measure(&mut reads, &[], budget);
-    assert_eq!(acc.bytes, 0);
-    let during = reader.log.len();
-    let canary_read = in_step.finish(&mut reader, &mut rng).map(|a| a.bytes);
-    assert!(canary_read > Some(7 * mib as u64), "{canary_read:?}");
-    assert_eq!(reader.log.len(), during, "the canary was left for the end");
+    let stale_bytes = measure(&mut reads, stale, budget).bytes;
+    let reads_during = reader.log.len();
+    let canary_bytes = in_step.finish(&mut reader, &mut rng).map(|a| a.bytes);
+    CanaryRun {
+        stale_bytes,
+        canary_bytes,
+        canary_fd: canary[0].fd.as_raw_fd(),
+        log: reader.log,
+        reads_during,
+    }
 }

@@ -53,7 +53,7 @@
 //! [`TAIL_SHARE`] of the application's reads, and no larger than the
 //! drive takes in one (a busy reader at QD1 on the testbed's one
 //! channel: 512 KiB, p99 1.15× alone; at the 64 KiB the pacer before
-//! this one sized them for, 6.2×; see [`Pacer::size_requests`]). The
+//! this one sized them for, 6.2×; see [`Pacer::sharing_request`]). The
 //! rate never goes below the floor: progress is a promise. When the
 //! application has not read for [`QUIET`] (longer than the pauses of a
 //! bursty reader), the refresh runs at the configured rate and depth.
@@ -93,6 +93,7 @@ use crate::engine::types::{IoPriority, YieldMode};
 mod blind;
 mod control;
 mod device;
+mod floor;
 mod latency;
 mod shared;
 #[cfg(test)]
@@ -146,7 +147,7 @@ const REQUEST_TIME: f64 = 0.01;
 /// Our requests (reads and writes) per second while sharing are at most
 /// this share of the application's reads per second: each can make one of
 /// its reads wait, and its p99 goes over as soon as more than 1 % of them
-/// wait (half of that is ours; see [`Pacer::size_requests`]).
+/// wait (half of that is ours; see [`Pacer::sharing_request`]).
 const TAIL_SHARE: f64 = 0.005;
 /// The smallest request while sharing the drive.
 pub const MIN_REQUEST: u64 = 64 << 10;
@@ -233,14 +234,14 @@ pub struct Pacer {
     pause_looked: Duration,
     /// The rate while sharing, and when it last changed.
     rate: f64,
-    /// The request size while sharing, and the application's reads per
-    /// second it was sized for.
-    request: u64,
+    /// The application's reads per second, for the request size.
     app_reads_per_s: f64,
     decided: Duration,
     depth: usize,
     /// For the floor: time sharing with reads of ours waiting, bytes read.
     progress: (Duration, u64),
+    /// What the refresh owes its floor, and the depth the floor needs.
+    floor_account: floor::FloorAccount,
     /// The application's latency ratio at the last decision.
     last_ratio: Option<f64>,
     /// A depth raised for more rate, on trial.
@@ -298,11 +299,11 @@ impl Pacer {
             paused: false,
             pause_looked: Duration::ZERO,
             rate: cfg.floor.0 as f64,
-            request: MIN_REQUEST,
             app_reads_per_s: 0.0,
             decided: Duration::ZERO,
             depth: 1,
             progress: (Duration::ZERO, 0),
+            floor_account: floor::FloorAccount::default(),
             last_ratio: None,
             depth_trial: None,
             depth_ceiling: None,
@@ -399,7 +400,7 @@ impl Pacer {
             Phase::Learning { .. } => Allowance {
                 rate: Some(1),
                 depth: 0,
-                request: Some(MIN_REQUEST),
+                request: Some(self.sharing_request()),
                 depth_bounds_writes: true,
             },
             Phase::Sharing if self.paused => Allowance {
@@ -417,12 +418,12 @@ impl Pacer {
     }
 
     fn sharing_rate(&self) -> f64 {
-        self.rate.min(self.full()).max(self.floor() as f64)
+        self.rate.max(self.floor_now()).min(self.full())
     }
 
-    /// A request while sharing (set by [`Pacer::size_requests`]).
-    fn sharing_request(&self) -> u64 {
-        self.request
+    /// The floor, and what is owed it paid back (see [`floor`]).
+    fn floor_now(&self) -> f64 {
+        self.floor_account.rate(self.floor() as f64)
     }
 
     /// In a pause, at most every [`PAUSE_LOOK`]: whether others read now.
@@ -435,20 +436,18 @@ impl Pacer {
     }
 
     /// In a pause: whether the drive has reads in flight that are not
-    /// ours (each of ours counts as the pieces the block layer splits a
-    /// sharing request into). Ours are counted from their submission to
-    /// their reaping (or a drain), on this thread, which also calls this:
-    /// never fewer than the drive's. The kernel's own reads for us
+    /// ours (a sharing request is never larger than the drive takes in
+    /// one: each of ours is one at the drive). Ours are counted from their
+    /// submission to their reaping (or a drain), on this thread, which
+    /// also calls this: never fewer than the drive's. The kernel's own reads for us
     /// (extent maps, metadata) end a pause early; an application's read
     /// a scheduler (mq-deadline, bfq) still queues is not counted until
     /// dispatched, and is seen then or at the next tick.
     fn others_read_now(&mut self) -> bool {
-        let request = self.sharing_request();
         let ours = self.own.reads_in_flight() as u64;
         let Some(dev) = self.device.as_mut() else {
             return false;
         };
-        let ours = ours * request.div_ceil(dev.max_io().max(4096));
         dev.reads_in_flight().is_some_and(|n| n > ours)
     }
 

@@ -20,6 +20,7 @@ impl Pacer {
         elapsed: Duration,
     ) {
         let app_active = self.app_seen.is_some_and(|t| now.saturating_sub(t) < QUIET);
+        self.account_for_the_floor(elapsed, own);
         match self.phase {
             Phase::Alone if app_active => self.start_learning(now),
             Phase::Alone => {}
@@ -37,6 +38,19 @@ impl Pacer {
             Phase::Sharing => self.share(now, elapsed, own),
         }
         self.set_read_ioprio();
+    }
+
+    /// Every tick beside the application (learning or sharing, in its
+    /// pauses too) is owed to the floor; what was read pays. The time
+    /// our engine spends between files is owed too: the promise is the
+    /// refresh's progress, and [`super::floor`]'s cap bounds what a stall of
+    /// its own can ask back.
+    fn account_for_the_floor(&mut self, elapsed: Duration, own: &OwnDone) {
+        if self.phase != Phase::Alone {
+            let read = own.reads.iter().map(|r| r.0).sum();
+            self.floor_account
+                .account(self.floor() as f64, elapsed, read);
+        }
     }
 
     /// Sharing: the application's pauses are the refresh's; while it
@@ -87,6 +101,7 @@ impl Pacer {
         self.phase = Phase::Learning { until: now + LEARN };
         self.paused = false;
         self.forget_depth_trials();
+        self.floor_account.forget_depth();
         self.progress = (Duration::ZERO, 0);
         self.learned = (0, 0.0);
         self.reads.restart();
@@ -122,7 +137,7 @@ impl Pacer {
         }
         self.phase = Phase::Sharing;
         self.decided = now;
-        self.size_requests(self.reads.reads_per_sec(TICK));
+        self.count_app_reads(self.reads.reads_per_sec(TICK));
         self.reads.restart();
         self.show(None);
     }
@@ -138,11 +153,11 @@ impl Pacer {
         let floor = self.floor() as f64;
         if ratio > AIM {
             self.rate = (self.rate * (AIM / ratio).max(0.5)).max(floor);
-            self.depth = 1;
+            self.depth = self.floor_account.depth();
         } else if ratio < AIM * 0.92 {
             self.rate = (self.rate * 1.25).min(self.full()).max(floor);
         }
-        self.size_requests(self.reads.reads_per_sec(TICK));
+        self.count_app_reads(self.reads.reads_per_sec(TICK));
         tracing::debug!(
             app_ms = app,
             alone_ms = alone,
@@ -175,13 +190,17 @@ impl Pacer {
     /// reads) put its p99 at 6.2× alone at 6.2 MiB/s; of 512 KiB (~24 a
     /// second, 1 %), 1.15× at 6.1 MiB/s (docs/benchmarks.md).
     ///
-    /// Not for a reader with many reads queued on one channel (QD8 on two
-    /// channels): one request of ours delays all of them, as many as it
-    /// lasts long, and only the rate bounds those.
-    pub(super) fn size_requests(&mut self, app_reads_per_s: Option<f64>) {
-        if let Some(a) = app_reads_per_s {
-            self.app_reads_per_s = a;
-        }
+    /// Not for a reader with many reads queued on each channel: one
+    /// request of ours delays every read queued behind it, for as long
+    /// as it lasts. In the matrix a QD8 reader's p99 improved on one and
+    /// two channels with this rule and got worse on four and eight,
+    /// behind a link cap and with fade (docs/benchmarks.md).
+    ///
+    /// Derived from the rate each time it is asked for, not stored: the
+    /// rate moves between decisions (what is owed to the floor is paid
+    /// back tick by tick), and a size set for another rate would send
+    /// more requests than the share.
+    pub(super) fn sharing_request(&self) -> u64 {
         let rate = self.sharing_rate();
         let for_tail = if self.app_reads_per_s > 0.0 {
             2.0 * rate / (TAIL_SHARE * self.app_reads_per_s)
@@ -192,7 +211,15 @@ impl Pacer {
         // Bounded before the cast: with no configured rate, the rate
         // grows without bound while the application is unhurt.
         let request = for_tail.max(rate * REQUEST_TIME).min(largest as f64) as u64;
-        self.request = (request.div_ceil(4096) * 4096).clamp(MIN_REQUEST.min(largest), largest);
+        (request.div_ceil(4096) * 4096).clamp(MIN_REQUEST.min(largest), largest)
+    }
+
+    /// The application's reads per second now, for the request size
+    /// (`None`: too few to say; the last count stands).
+    pub(super) fn count_app_reads(&mut self, app_reads_per_s: Option<f64>) {
+        if let Some(a) = app_reads_per_s {
+            self.app_reads_per_s = a;
+        }
     }
 
     /// The largest request while sharing: 1 MiB, and never more than the
@@ -222,9 +249,13 @@ impl Pacer {
         let (span, bytes) = self.progress;
         if span >= Duration::from_secs(1) {
             let short_of = |rate: f64| (bytes as f64) < rate * span.as_secs_f64() * 0.8;
-            if short_of(self.floor() as f64) {
+            let floor = self.floor_now();
+            if short_of(floor) {
                 // The floor is a promise: no trial, and none pending.
-                self.depth = (self.depth + 1).min(self.max_depth.max(1));
+                let read = bytes as f64 / span.as_secs_f64();
+                self.depth = self
+                    .floor_account
+                    .short(self.depth, read, floor, self.max_depth);
                 self.depth_trial = None;
             } else if short_of(self.rate) {
                 self.try_more_depth(now);
@@ -292,7 +323,20 @@ impl Pacer {
         self.depth = 1;
         self.forget_depth_trials();
         self.progress = (Duration::ZERO, 0);
+        self.floor_account = Default::default();
         self.status.set(None);
+    }
+
+    /// For the operator: how far behind its floor the refresh is, when
+    /// it makes up for it (learning's silence, a depth found short).
+    fn behind_the_floor(&self) -> String {
+        let mib = f64::from(1 << 20);
+        let behind = self.floor_account.owed() / mib;
+        if behind < 0.1 {
+            return String::new();
+        }
+        let floor = self.floor() as f64 / mib;
+        format!("; {behind:.1} MiB behind its {floor:.1} MiB/s floor, making it up")
     }
 
     /// What the operator sees while the drive is shared.
@@ -304,7 +348,7 @@ impl Pacer {
             Some(r) => format!("refresh at {rate:.1} MiB/s in {} KiB requests", r >> 10),
             None => format!("refresh at {rate:.1} MiB/s"),
         };
-        let at_floor = allowed.rate.is_some_and(|r| r <= self.floor());
+        let at_floor = allowed.rate.is_some_and(|r| r as f64 <= self.floor_now());
         let reason = match latencies {
             Some((app, alone)) => {
                 let ratio = app / alone.max(0.001);
@@ -321,6 +365,7 @@ impl Pacer {
             }
             None => format!("the application reads on {name}; {refresh}"),
         };
+        let reason = reason + &self.behind_the_floor();
         let since = self
             .status
             .yielding()

@@ -76,17 +76,23 @@ impl Separator {
     }
 
     /// The mean time between the application's reads over the window,
-    /// when it read enough to say.
+    /// when it read at least half of [`MIN_READS`] (a light reader's gaps
+    /// are what its pauses are told by).
     pub fn gap(&self, tick: std::time::Duration) -> Option<std::time::Duration> {
-        let reads = self.reads();
-        (reads >= MIN_READS / 2).then(|| tick * self.window.len() as u32 / reads as u32)
+        self.per_sec(tick, MIN_READS / 2)
+            .map(|r| std::time::Duration::from_secs_f64(1.0 / r))
     }
 
     /// The application's reads per second over the window, when it read
     /// enough to say.
     pub fn reads_per_sec(&self, tick: std::time::Duration) -> Option<f64> {
+        self.per_sec(tick, MIN_READS)
+    }
+
+    fn per_sec(&self, tick: std::time::Duration, at_least: u64) -> Option<f64> {
         let reads = self.reads();
-        (reads >= MIN_READS).then(|| reads as f64 / (tick * self.window.len() as u32).as_secs_f64())
+        let span = tick * self.window.len() as u32;
+        (reads >= at_least.max(1)).then(|| reads as f64 / span.as_secs_f64())
     }
 
     /// The application's mean read latency over the window, in ms, when

@@ -1,0 +1,122 @@
+//! The floor as a promise kept over time, not a rate at each moment.
+//!
+//! A rate held at the floor still falls short of it: learning the
+//! application's latency is silent (0.4 s at its start and every 30 s),
+//! and one request at a time reads less than the floor on a drive that
+//! re-reads aged data. Measured on the testbed with fade, 5 s beside a
+//! reader (docs/benchmarks.md, 2026-11-28): 3.4 MiB/s beside a QD1 reader,
+//! 1.9 beside a QD8 one, against a 4 MiB/s floor. So the bytes behind the
+//! floor since the application appeared are owed, and paid back over
+//! [`PAYBACK`] on top of the floor; and the depth the floor needs is
+//! found from what one request in flight reads, and kept while the
+//! controller cuts the rest.
+
+use std::time::Duration;
+
+/// What is owed is paid back over this long, on top of the floor.
+const PAYBACK: Duration = Duration::from_secs(2);
+/// At most this much of the floor is owed (a refresh held back longer,
+/// by a stall of the drive or of its own, is not made up in a burst
+/// beside the application): at most 2× the floor while paying back.
+const MAX_OWED: Duration = Duration::from_secs(2);
+
+/// The refresh's account with its floor while it shares the drive.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct FloorAccount {
+    /// Bytes behind the floor. Never below zero: time the refresh ran
+    /// faster (in the application's pauses) is not banked against later.
+    owed: f64,
+    /// Requests in flight the floor needs (0: not known to need more
+    /// than one).
+    depth: usize,
+}
+
+impl FloorAccount {
+    /// A tick in which the pacer held the refresh back: `elapsed` of
+    /// the floor (bytes a second) owed, `read` bytes paid.
+    pub fn account(&mut self, floor: f64, elapsed: Duration, read: u64) {
+        let owed = self.owed + floor * elapsed.as_secs_f64() - read as f64;
+        self.owed = owed.clamp(0.0, floor * MAX_OWED.as_secs_f64());
+    }
+
+    /// The rate that keeps the promise: the floor, and what is owed paid
+    /// back over [`PAYBACK`].
+    pub fn rate(&self, floor: f64) -> f64 {
+        floor + self.owed / PAYBACK.as_secs_f64()
+    }
+
+    /// Bytes behind the floor.
+    pub fn owed(&self) -> f64 {
+        self.owed
+    }
+
+    /// `depth` requests in flight read `read_per_s` bytes a second where
+    /// `want` was needed: the depth that reads it, by Little's law on our
+    /// own requests (as many more in flight as the bytes are short), one
+    /// more at least, at most `max`.
+    pub fn short(&mut self, depth: usize, read_per_s: f64, want: f64, max: usize) -> usize {
+        let need = (depth.max(1) as f64 * want / read_per_s.max(1.0)).ceil() as usize;
+        self.depth = need.max(depth + 1).min(max.max(1));
+        self.depth
+    }
+
+    /// The depth the floor needs, one at least.
+    pub fn depth(&self) -> usize {
+        self.depth.max(1)
+    }
+
+    /// The depth is learned again (the drive, or the application, may
+    /// have changed); what is owed stays.
+    pub fn forget_depth(&mut self) {
+        self.depth = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: f64 = (1 << 20) as f64;
+
+    #[test]
+    fn what_is_owed_is_paid_back_and_never_banked() {
+        let mut a = FloorAccount::default();
+        // 0.4 s of learning at a 4 MiB/s floor: 1.6 MiB owed.
+        a.account(4.0 * MIB, Duration::from_millis(400), 0);
+        assert!((a.owed() - 1.6 * MIB).abs() < 1.0);
+        assert!((a.rate(4.0 * MIB) - 4.8 * MIB).abs() < 1.0, "paid over 2 s");
+        // A pause at full speed pays it all, and banks nothing.
+        a.account(4.0 * MIB, Duration::from_secs(1), 50 << 20);
+        assert_eq!(a.owed(), 0.0);
+        assert_eq!(a.rate(4.0 * MIB), 4.0 * MIB);
+    }
+
+    #[test]
+    fn at_most_two_seconds_of_the_floor_are_owed() {
+        let mut a = FloorAccount::default();
+        a.account(4.0 * MIB, Duration::from_secs(60), 0);
+        assert_eq!(a.owed(), 8.0 * MIB);
+        assert_eq!(a.rate(4.0 * MIB), 8.0 * MIB);
+    }
+
+    #[test]
+    fn the_depth_the_floor_needs_is_what_one_request_reads_into_it() {
+        let mut a = FloorAccount::default();
+        assert_eq!(a.depth(), 1);
+        // One in flight read 1.25 MiB/s of 4: four.
+        assert_eq!(a.short(1, 1.25 * MIB, 4.0 * MIB, 8), 4);
+        assert_eq!(a.depth(), 4);
+        // Nearly there: one more, not the same.
+        assert_eq!(a.short(4, 3.9 * MIB, 4.0 * MIB, 8), 5);
+        // Never past the most the refresh may have in flight.
+        assert_eq!(a.short(1, 0.1 * MIB, 4.0 * MIB, 8), 8);
+        assert_eq!(a.short(1, 0.0, 4.0 * MIB, 8), 8, "nothing read at all");
+        assert_eq!(
+            a.short(8, 1.0 * MIB, 4.0 * MIB, 8),
+            8,
+            "already at the most"
+        );
+        a.forget_depth();
+        assert_eq!(a.depth(), 1);
+    }
+}
