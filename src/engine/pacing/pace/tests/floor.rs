@@ -26,7 +26,7 @@ impl SlowDrive {
         }
     }
 
-    /// One tick beside an application doing 100 reads of `app_ms`.
+    /// One tick beside an application doing [`APP_READS`] of `app_ms`.
     fn tick(&mut self, r: &mut Rig, app_ms: f64) {
         let a = r.pacer.allowance();
         let own = r.pacer.own().clone();
@@ -54,8 +54,11 @@ impl SlowDrive {
             done += 1;
         }
         let own_ms = done * latency.as_millis() as u64;
-        r.drive
-            .add(done + 100, own_ms + (100.0 * app_ms).round() as u64, 0);
+        r.drive.add(
+            done + APP_READS,
+            own_ms + (APP_READS as f64 * app_ms).round() as u64,
+            0,
+        );
         r.tick();
     }
 
