@@ -53,8 +53,14 @@
 //! [`TAIL_SHARE`] of the application's reads, and no larger than the
 //! drive takes in one (a busy reader at QD1 on the testbed's one
 //! channel: 512 KiB, p99 1.15× alone; at the 64 KiB the pacer before
-//! this one sized them for, 6.2×; see [`Pacer::sharing_request`]). The
-//! rate never goes below the floor: progress is a promise. When the
+//! this one sized them for, 6.2×; see [`Pacer::sharing_request`]). At
+//! the largest request, only a lower rate keeps that share: the rate is
+//! bounded there ([`Pacer::tail_rate`]).
+//!
+//! **The floor.** The rate never goes below the floor: progress is a
+//! promise, kept over time ([`floor`]: what learning's silence and a
+//! short depth left behind is paid back, and the depth the floor needs
+//! is kept while the controller cuts the rest). When the
 //! application has not read for [`QUIET`] (longer than the pauses of a
 //! bursty reader), the refresh runs at the configured rate and depth.
 //!
