@@ -24,9 +24,11 @@
 //! alone, each [`DECIDE`], against an aim of 1.1 (below the [`TARGET`] of
 //! 1.2: the mean is what the counters give, the tail needs room):
 //! - above the aim: the rate is cut in proportion, to `rate × aim /
-//!   ratio` (at most halved), and one request in flight;
+//!   ratio` (at most halved), and one request in flight (or as many as
+//!   the floor needs, [`floor`]);
 //! - below 0.92 × the aim: the rate grows by a quarter (a step per half
-//!   second of evidence: a fresh window after each change);
+//!   second of evidence: a fresh window after each change), no further
+//!   than half again what the refresh reads;
 //! - in between: it holds.
 //!
 //! **The depth.** While the drive is shared, the depth bounds all our
@@ -53,9 +55,7 @@
 //! [`TAIL_SHARE`] of the application's reads, and no larger than the
 //! drive takes in one (a busy reader at QD1 on the testbed's one
 //! channel: 512 KiB, p99 1.15× alone; at the 64 KiB the pacer before
-//! this one sized them for, 6.2×; see [`Pacer::sharing_request`]). At
-//! the largest request, only a lower rate keeps that share: the rate is
-//! bounded there ([`Pacer::tail_rate`]).
+//! this one sized them for, 6.2×; see [`Pacer::sharing_request`]).
 //!
 //! **The floor.** The rate never goes below the floor: progress is a
 //! promise, kept over time ([`floor`]: what learning's silence and a
@@ -427,9 +427,12 @@ impl Pacer {
         self.rate.max(self.floor_now()).min(self.full())
     }
 
-    /// The floor, and what is owed it paid back (see [`floor`]).
+    /// The floor, and what is owed it paid back (see [`floor`]), within
+    /// the configured rate.
     fn floor_now(&self) -> f64 {
-        self.floor_account.rate(self.floor() as f64)
+        self.floor_account
+            .rate(self.floor() as f64)
+            .min(self.full())
     }
 
     /// In a pause, at most every [`PAUSE_LOOK`]: whether others read now.

@@ -43,10 +43,11 @@ impl Pacer {
     /// Every tick beside the application (learning or sharing, in its
     /// pauses too) is owed to the floor; what was read pays. The time
     /// our engine spends between files is owed too: the promise is the
-    /// refresh's progress, and [`super::floor`]'s cap bounds what a stall of
-    /// its own can ask back.
+    /// refresh's progress, and [`super::floor`]'s cap bounds what a stall
+    /// of its own can ask back. Nothing is owed where nothing could be
+    /// paid back: a configured rate at or below the floor is the floor.
     fn account_for_the_floor(&mut self, elapsed: Duration, own: &OwnDone) {
-        if self.phase != Phase::Alone {
+        if self.phase != Phase::Alone && self.full() > self.floor() as f64 {
             let read = own.reads.iter().map(|r| r.0).sum();
             self.floor_account
                 .account(self.floor() as f64, elapsed, read);
@@ -156,9 +157,17 @@ impl Pacer {
             self.rate *= (AIM / ratio).max(0.5);
             self.depth = self.floor_account.depth();
         } else if ratio < AIM * 0.92 {
-            self.rate = (self.rate * 1.25).min(self.full());
+            // No further than half again what the refresh reads (room for
+            // a depth trial to find more: it starts below 0.8 of the
+            // rate): a rate it does not read is no evidence the
+            // application would not notice it, and with no configured
+            // rate it grew without bound (past 2^64 bytes/s in 70 s of an
+            // unhurt application; cut at most by half a decision, it
+            // would then take 30 s to come down).
+            let kept_up = (self.reads.own_per_sec(TICK) * 1.5).max(self.rate);
+            self.rate = (self.rate * 1.25).min(self.full()).min(kept_up);
         }
-        self.rate = self.rate.min(self.tail_rate()).max(floor);
+        self.rate = self.rate.max(floor);
         tracing::debug!(
             app_ms = app,
             alone_ms = alone,
@@ -209,26 +218,10 @@ impl Pacer {
             MAX_REQUEST as f64
         };
         let largest = self.largest_request();
-        // Bounded before the cast: with no configured rate, the rate
-        // grows without bound while the application is unhurt.
+        // Bounded before the cast: with no configured rate and an
+        // application too quiet to count, nothing bounds the rate.
         let request = for_tail.max(rate * REQUEST_TIME).min(largest as f64) as u64;
         (request.div_ceil(4096) * 4096).clamp(MIN_REQUEST.min(largest), largest)
-    }
-
-    /// The most the rate may be for the application's tail: at the
-    /// largest request, as many of ours as [`TAIL_SHARE`] of its reads.
-    /// The request size keeps that share up to this rate; past it, only
-    /// a lower rate can. Measured on the testbed, one channel, a QD1
-    /// reader (2,600 reads/s; 512 KiB requests): at 6.1 MiB/s (0.9 % of
-    /// its reads) its p99 was 1.15× alone, at 6.8 MiB/s (1.05 %) 2.56×,
-    /// one run each: the p99 turns where 1 % of its reads wait. Unbounded
-    /// (with no configured rate) the rate once grew past 2^64 bytes/s
-    /// while the application was unhurt. The floor still wins.
-    pub(super) fn tail_rate(&self) -> f64 {
-        if self.app_reads_per_s <= 0.0 {
-            return f64::INFINITY;
-        }
-        TAIL_SHARE * self.app_reads_per_s * self.largest_request() as f64 / 2.0
     }
 
     /// The application's reads per second now, for the request size
@@ -264,17 +257,23 @@ impl Pacer {
         self.progress.0 += elapsed;
         self.progress.1 += own.reads.iter().map(|r| r.0).sum::<u64>();
         let (span, bytes) = self.progress;
-        if span >= Duration::from_secs(1) {
+        let floor = self.floor() as f64;
+        // Half the floor's bytes in half a second: far short (an aged
+        // drive at one request in flight), and a second's evidence would
+        // cost the floor another half second of it.
+        let far_short =
+            span >= Duration::from_millis(500) && (bytes as f64) < floor * span.as_secs_f64() * 0.5;
+        if span >= Duration::from_secs(1) || far_short {
             let short_of = |rate: f64| (bytes as f64) < rate * span.as_secs_f64() * 0.8;
-            let floor = self.floor_now();
             if short_of(floor) {
                 // The floor is a promise: no trial, and none pending.
-                // Sized for the floor itself: what is owed rides on it.
+                // Sized for the floor itself: what is owed rides on it
+                // (a depth raised to pay it back would stay, and the
+                // application would pay for it after).
                 let read = bytes as f64 / span.as_secs_f64();
-                let want = self.floor() as f64;
                 self.depth = self
                     .floor_account
-                    .short(self.depth, read, want, self.max_depth);
+                    .short(self.depth, read, floor, self.max_depth);
                 self.depth_trial = None;
             } else if short_of(self.rate) {
                 self.try_more_depth(now);
@@ -336,8 +335,10 @@ impl Pacer {
 
     pub(super) fn leave_sharing(&mut self) {
         self.phase = Phase::Alone;
-        // Another application (or drive) is sized for afresh.
+        // Another application (or drive) is sized for afresh, from the
+        // floor up.
         self.app_reads_per_s = 0.0;
+        self.rate = self.floor() as f64;
         self.paused = false;
         self.depth = 1;
         self.forget_depth_trials();
@@ -375,9 +376,6 @@ impl Pacer {
                     format!(" (over its {AIM}× aim, held at the floor: progress is a promise)")
                 } else if ratio > AIM {
                     format!(" (over its {AIM}× aim: slowing down)")
-                } else if self.rate >= self.tail_rate() {
-                    let share = TAIL_SHARE * 100.0;
-                    format!(" (as many requests as its tail allows: {share}% of its reads)")
                 } else {
                     String::new()
                 };

@@ -32,8 +32,8 @@ pub struct FloorAccount {
 }
 
 impl FloorAccount {
-    /// A tick in which the pacer held the refresh back: `elapsed` of
-    /// the floor (bytes a second) owed, `read` bytes paid.
+    /// A tick beside the application: `elapsed` of the floor (bytes a
+    /// second) owed, `read` bytes paid.
     pub fn account(&mut self, floor: f64, elapsed: Duration, read: u64) {
         let owed = self.owed + floor * elapsed.as_secs_f64() - read as f64;
         self.owed = owed.clamp(0.0, floor * MAX_OWED.as_secs_f64());
@@ -51,9 +51,10 @@ impl FloorAccount {
     }
 
     /// `depth` requests in flight read `read_per_s` bytes a second where
-    /// `want` was needed: the depth that reads it, by Little's law on our
-    /// own requests (as many more in flight as the bytes are short), one
-    /// more at least, at most twice as many (the span measured can start
+    /// `want` was needed (the caller asks only when short of it): the
+    /// depth that reads it, by Little's law on our own requests (as many
+    /// more in flight as the bytes are short), one more at least, at most
+    /// twice as many (the span measured can start
     /// with requests not yet in flight; on the testbed with fade and a
     /// QD8 reader a jump from one to five, unbounded, put the reader at
     /// 2–2.8× its latency alone), at most `max`.

@@ -20,6 +20,8 @@ pub struct TickReads {
     /// reaped it shows as -1 here and +1 there; summed, it cancels out.
     pub reads: i64,
     pub ms: f64,
+    /// Bytes our own reads completed in the tick.
+    pub own_bytes: u64,
 }
 
 /// Separates the application's reads from ours, tick by tick.
@@ -62,6 +64,7 @@ impl Separator {
         let t = TickReads {
             reads: now.reads.saturating_sub(last.reads) as i64 - own_reads as i64,
             ms: now.read_ms.saturating_sub(last.read_ms) as f64 - own_ms,
+            own_bytes: own.reads.iter().map(|r| r.0).sum(),
         };
         self.window.push_back(t);
         if self.window.len() > WINDOW_TICKS {
@@ -87,6 +90,18 @@ impl Separator {
     /// enough to say.
     pub fn reads_per_sec(&self, tick: std::time::Duration) -> Option<f64> {
         self.per_sec(tick, MIN_READS)
+    }
+
+    /// What our own reads read over the window, in bytes a second (0
+    /// with no window).
+    pub fn own_per_sec(&self, tick: std::time::Duration) -> f64 {
+        let span = (tick * self.window.len() as u32).as_secs_f64();
+        let bytes: u64 = self.window.iter().map(|t| t.own_bytes).sum();
+        if span > 0.0 {
+            bytes as f64 / span
+        } else {
+            0.0
+        }
     }
 
     fn per_sec(&self, tick: std::time::Duration, at_least: u64) -> Option<f64> {

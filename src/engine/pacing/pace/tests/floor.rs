@@ -4,74 +4,6 @@
 
 use super::*;
 
-/// A drive on which each request of ours in flight reads `per_request`
-/// bytes a second, and an engine that reads what the allowance lets it:
-/// its rate, at most `depth` requests in flight, in requests of its size
-/// (one is in flight while the next request's bytes come in).
-struct SlowDrive {
-    per_request: f64,
-    /// Bytes of the request in flight read so far.
-    carry: f64,
-    in_flight: bool,
-    read: u64,
-}
-
-impl SlowDrive {
-    fn new(per_request: u64) -> SlowDrive {
-        SlowDrive {
-            per_request: per_request as f64,
-            carry: 0.0,
-            in_flight: false,
-            read: 0,
-        }
-    }
-
-    /// One tick beside an application doing [`APP_READS`] of `app_ms`.
-    fn tick(&mut self, r: &mut Rig, app_ms: f64) {
-        let a = r.pacer.allowance();
-        let own = r.pacer.own().clone();
-        if a.depth == 0 {
-            // Silent: the request in flight is left (its bytes with it).
-            if std::mem::take(&mut self.in_flight) {
-                own.read_ended();
-            }
-            self.carry = 0.0;
-        } else if !self.in_flight {
-            own.read_started();
-            self.in_flight = true;
-        }
-        let request = a.request.unwrap_or(512 << 10);
-        let tick = TICK.as_secs_f64();
-        self.carry += (a.depth as f64 * self.per_request * tick).min(a.rate.unwrap() as f64 * tick);
-        let latency = Duration::from_secs_f64(request as f64 / self.per_request);
-        let mut done = 0;
-        while self.carry >= request as f64 {
-            self.carry -= request as f64;
-            own.read_done(request, latency, false);
-            own.read_ended();
-            own.read_started();
-            self.read += request;
-            done += 1;
-        }
-        let own_ms = done * latency.as_millis() as u64;
-        r.drive.add(
-            done + APP_READS,
-            own_ms + (APP_READS as f64 * app_ms).round() as u64,
-            0,
-        );
-        r.tick();
-    }
-
-    /// Ticks for `d`: the bytes read in them.
-    fn run(&mut self, r: &mut Rig, d: Duration, app_ms: f64) -> u64 {
-        let (end, before) = (r.now + d, self.read);
-        while r.now < end {
-            self.tick(r, app_ms);
-        }
-        self.read - before
-    }
-}
-
 fn mib_per_s(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / MIB as f64 / d.as_secs_f64()
 }
@@ -103,14 +35,14 @@ fn the_time_spent_learning_is_made_up() {
     assert!(got <= FLOOR as f64 / MIB as f64 * 1.1, "{got:.2} MiB/s");
 }
 
-/// A drive on which one request of ours in flight reads 1.25 MiB/s (an
+/// A drive on which one request of ours in flight reads 1.1 MiB/s (an
 /// aged one, re-reading), beside an application just over the aim: the
 /// floor needs four requests in flight, and the controller's cut to one
 /// does not take them away.
 #[test]
 fn the_depth_the_floor_needs_is_kept_while_the_application_is_over_the_aim() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(1.0);
-    let mut drive = SlowDrive::new(5 * MIB / 4);
+    let mut drive = SlowDrive::new(11 * MIB / 10);
     // Over the aim (1.12×) but not by much: the rate is at the floor.
     drive.run(&mut r, Duration::from_secs(5), 1.12);
     let d = Duration::from_secs(5);
@@ -118,6 +50,44 @@ fn the_depth_the_floor_needs_is_kept_while_the_application_is_over_the_aim() {
     assert!(
         got >= FLOOR as f64 / MIB as f64 * 0.98,
         "{got:.2} MiB/s at depth {}: under the floor",
+        r.pacer.allowance().depth
+    );
+    // What the floor needs (4 × 1.1 MiB/s), not more to pay back what
+    // the ramp left owed faster: a depth raised for that would stay.
+    assert_eq!(r.pacer.allowance().depth, 4);
+}
+
+/// A configured rate at or below the floor is the floor: nothing can be
+/// paid back above it, so nothing is owed (learning's silence is not
+/// told as a debt that never shrinks), and no depth is raised for it.
+#[test]
+fn a_rate_at_or_below_the_floor_owes_nothing() {
+    let mut r = Rig::new(YieldMode::Auto, Some(2 * MIB)).shared_with(0.4);
+    let mut drive = SlowDrive::new(100 * MIB);
+    // Over the aim all along, learned again twice.
+    drive.run(&mut r, 2 * RELEARN + Duration::from_secs(1), 4.0);
+    assert_eq!(r.pacer.floor_account.owed(), 0.0);
+    assert_eq!(r.rate(), 2 * MIB);
+    assert_eq!(r.pacer.allowance().depth, 1);
+    let y = r.pacer.status().yielding().expect("yielding");
+    assert!(!y.reason.contains("behind"), "{}", y.reason);
+}
+
+/// Far short of the floor (one request in flight reads a quarter of it),
+/// the depth is raised after half a second, not a whole one: each second
+/// of evidence is a second under the floor.
+#[test]
+fn far_short_of_the_floor_the_depth_grows_in_half_a_second() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(1.0);
+    let mut drive = SlowDrive::new(MIB);
+    let start = r.now;
+    while r.pacer.allowance().depth < 4 && r.now < start + Duration::from_secs(5) {
+        drive.tick(&mut r, 1.3);
+    }
+    let took = r.now - start;
+    assert!(
+        took <= Duration::from_millis(1600),
+        "{took:?} to reach the four requests the floor needs (depth {})",
         r.pacer.allowance().depth
     );
 }
