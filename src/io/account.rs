@@ -28,6 +28,13 @@ pub struct OwnDone {
     pub uncounted: bool,
 }
 
+impl OwnDone {
+    /// The bytes the completed reads read.
+    pub fn read_bytes(&self) -> u64 {
+        self.reads.iter().map(|r| r.0).sum()
+    }
+}
+
 impl OwnIo {
     pub fn read_started(&self) {
         self.reads_in_flight.fetch_add(1, Ordering::Relaxed);

@@ -542,7 +542,7 @@ impl Pacer {
             return;
         }
         self.floor_check.0 += elapsed;
-        self.floor_check.1 += own.reads.iter().map(|r| r.0).sum::<u64>();
+        self.floor_check.1 += own.read_bytes();
         let (span, bytes) = self.floor_check;
         if span >= Duration::from_secs(2) {
             let want = self.floor() as f64 * span.as_secs_f64() / 2.0;

@@ -48,7 +48,7 @@ impl Pacer {
     /// paid back: a configured rate at or below the floor is the floor.
     fn account_for_the_floor(&mut self, elapsed: Duration, own: &OwnDone) {
         if self.phase != Phase::Alone && self.full() > self.floor() as f64 {
-            let read = own.reads.iter().map(|r| r.0).sum();
+            let read = own.read_bytes();
             self.floor_account
                 .account(self.floor() as f64, elapsed, read);
         }
@@ -255,7 +255,7 @@ impl Pacer {
             return;
         }
         self.progress.0 += elapsed;
-        self.progress.1 += own.reads.iter().map(|r| r.0).sum::<u64>();
+        self.progress.1 += own.read_bytes();
         let (span, bytes) = self.progress;
         let floor = self.floor() as f64;
         // Half the floor's bytes in half a second: far short (an aged

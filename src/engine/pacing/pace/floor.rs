@@ -4,7 +4,7 @@
 //! application's latency is silent (0.4 s at its start and every 30 s),
 //! and one request at a time reads less than the floor on a drive that
 //! re-reads aged data. Measured on the testbed with fade, 5 s beside a
-//! reader (docs/benchmarks.md, 2026-11-28): 3.4 MiB/s beside a QD1 reader,
+//! reader (docs/benchmarks.md, 2026-11-28): 3.5 MiB/s beside a QD1 reader,
 //! 1.9 beside a QD8 one, against a 4 MiB/s floor. So the bytes behind the
 //! floor since the application appeared are owed, and paid back over
 //! [`PAYBACK`] on top of the floor; and the depth the floor needs is

@@ -64,7 +64,7 @@ impl Separator {
         let t = TickReads {
             reads: now.reads.saturating_sub(last.reads) as i64 - own_reads as i64,
             ms: now.read_ms.saturating_sub(last.read_ms) as f64 - own_ms,
-            own_bytes: own.reads.iter().map(|r| r.0).sum(),
+            own_bytes: own.read_bytes(),
         };
         self.window.push_back(t);
         if self.window.len() > WINDOW_TICKS {
@@ -95,8 +95,8 @@ impl Separator {
     /// What our own reads read over the window, in bytes a second (0
     /// with no window).
     pub fn own_per_sec(&self, tick: std::time::Duration) -> f64 {
-        let span = (tick * self.window.len() as u32).as_secs_f64();
         let bytes: u64 = self.window.iter().map(|t| t.own_bytes).sum();
+        let span = self.span(tick);
         if span > 0.0 {
             bytes as f64 / span
         } else {
@@ -106,8 +106,12 @@ impl Separator {
 
     fn per_sec(&self, tick: std::time::Duration, at_least: u64) -> Option<f64> {
         let reads = self.reads();
-        let span = tick * self.window.len() as u32;
-        (reads >= at_least.max(1)).then(|| reads as f64 / span.as_secs_f64())
+        (reads >= at_least.max(1)).then(|| reads as f64 / self.span(tick))
+    }
+
+    /// The window's length in seconds.
+    fn span(&self, tick: std::time::Duration) -> f64 {
+        (tick * self.window.len() as u32).as_secs_f64()
     }
 
     /// The application's mean read latency over the window, in ms, when
