@@ -244,8 +244,9 @@ pub struct Pacer {
     app_reads_per_s: f64,
     decided: Duration,
     depth: usize,
-    /// For the floor: time sharing with reads of ours waiting, bytes read.
-    progress: (Duration, u64),
+    /// For the depth: sharing with reads of ours waiting, since the depth
+    /// was last looked at.
+    progress: floor::Span,
     /// What the refresh owes its floor, and the depth the floor needs.
     floor_account: floor::FloorAccount,
     /// The application's latency ratio at the last decision.
@@ -308,7 +309,7 @@ impl Pacer {
             app_reads_per_s: 0.0,
             decided: Duration::ZERO,
             depth: 1,
-            progress: (Duration::ZERO, 0),
+            progress: floor::Span::default(),
             floor_account: floor::FloorAccount::default(),
             last_ratio: None,
             depth_trial: None,

@@ -63,7 +63,7 @@ impl Pacer {
         let was_paused = self.paused;
         self.paused = quiet >= PAUSE.max(self.app_gap * PAUSE_GAPS);
         if self.paused {
-            self.progress = (Duration::ZERO, 0);
+            self.progress = Default::default();
             if !was_paused {
                 // Not yielding while it pauses: the configured rate.
                 tracing::debug!(
@@ -103,7 +103,7 @@ impl Pacer {
         self.paused = false;
         self.forget_depth_trials();
         self.floor_account.forget_depth();
-        self.progress = (Duration::ZERO, 0);
+        self.progress = Default::default();
         self.learned = (0, 0.0);
         self.reads.restart();
     }
@@ -254,31 +254,28 @@ impl Pacer {
         if own.reads.is_empty() && self.own.reads_in_flight() == 0 {
             return;
         }
-        self.progress.0 += elapsed;
-        self.progress.1 += own.read_bytes();
-        let (span, bytes) = self.progress;
+        self.progress
+            .add(elapsed, own.read_bytes(), self.sharing_rate());
+        let span = self.progress;
         let floor = self.floor() as f64;
         // Half the floor's bytes in half a second: far short (an aged
         // drive at one request in flight), and a second's evidence would
         // cost the floor another half second of it.
-        let far_short =
-            span >= Duration::from_millis(500) && (bytes as f64) < floor * span.as_secs_f64() * 0.5;
-        if span >= Duration::from_secs(1) || far_short {
-            let short_of = |rate: f64| (bytes as f64) < rate * span.as_secs_f64() * 0.8;
-            if short_of(floor) {
+        let far_short = span.time >= Duration::from_millis(500) && span.short_of(floor, 0.5);
+        if span.time >= Duration::from_secs(1) || far_short {
+            if span.short_of_floor(floor, self.sharing_request()) {
                 // The floor is a promise: no trial, and none pending.
                 // Sized for the floor itself: what is owed rides on it
                 // (a depth raised to pay it back would stay, and the
                 // application would pay for it after).
-                let read = bytes as f64 / span.as_secs_f64();
-                self.depth = self
-                    .floor_account
-                    .short(self.depth, read, floor, self.max_depth);
+                self.depth =
+                    self.floor_account
+                        .short(self.depth, span.read_per_s(), floor, self.max_depth);
                 self.depth_trial = None;
-            } else if short_of(self.rate) {
+            } else if span.short_of(self.rate, 0.8) {
                 self.try_more_depth(now);
             }
-            self.progress = (Duration::ZERO, 0);
+            self.progress = Default::default();
         }
     }
 
@@ -342,7 +339,7 @@ impl Pacer {
         self.paused = false;
         self.depth = 1;
         self.forget_depth_trials();
-        self.progress = (Duration::ZERO, 0);
+        self.progress = Default::default();
         self.floor_account = Default::default();
         self.status.set(None);
     }

@@ -265,16 +265,16 @@ fn the_rate_grows_no_further_than_the_refresh_reads() {
 #[test]
 fn a_new_application_is_sized_afresh() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
-    // A busy one: 20,000 reads a second.
-    for _ in 0..6 {
-        r.tick_with(0, 2_000, 0.04);
-    }
+    // A busy one, unhurt: 20,000 reads a second, and the rate grew.
+    let mut engine = SlowDrive::new(100 * MIB);
+    engine.app_reads = 2_000;
+    engine.run(&mut r, Duration::from_secs(3), 0.04);
     assert!(r.sharing());
     assert!(r.pacer.allowance().request.unwrap() < 512 << 10);
+    assert!(r.rate() > 2 * FLOOR, "{} B/s: it grew", r.rate());
     // Gone: the drive is ours.
-    for _ in 0..40 {
-        r.tick_with(0, 0, 0.0);
-    }
+    engine.app_reads = 0;
+    engine.run(&mut r, Duration::from_secs(4), 0.0);
     assert!(!r.sharing());
     assert_eq!(r.pacer.app_reads_per_s, 0.0);
     assert_eq!(r.pacer.rate, FLOOR as f64, "from the floor up");
@@ -696,6 +696,9 @@ fn a_pause_looks_at_the_drive_at_most_once_a_millisecond() {
 /// (one is in flight while the next request's bytes come in).
 struct SlowDrive {
     per_request: f64,
+    /// From this depth on, each request in flight reads `crowded`
+    /// bytes a second (they queue on the drive's channels).
+    crowded: Option<(usize, f64)>,
     /// The application's reads a tick.
     app_reads: u64,
     /// Bytes of the request in flight read so far.
@@ -708,6 +711,7 @@ impl SlowDrive {
     fn new(per_request: u64) -> SlowDrive {
         SlowDrive {
             per_request: per_request as f64,
+            crowded: None,
             app_reads: APP_READS,
             carry: 0.0,
             in_flight: false,
@@ -731,8 +735,12 @@ impl SlowDrive {
         }
         let request = a.request.unwrap_or(512 << 10);
         let tick = TICK.as_secs_f64();
-        self.carry += (a.depth as f64 * self.per_request * tick).min(a.rate.unwrap() as f64 * tick);
-        let latency = Duration::from_secs_f64(request as f64 / self.per_request);
+        let per_request = match self.crowded {
+            Some((from, crowded)) if a.depth >= from => crowded,
+            _ => self.per_request,
+        };
+        self.carry += (a.depth as f64 * per_request * tick).min(a.rate.unwrap() as f64 * tick);
+        let latency = Duration::from_secs_f64(request as f64 / per_request);
         let mut done = 0;
         while self.carry >= request as f64 {
             self.carry -= request as f64;
