@@ -111,7 +111,8 @@ fn fio(file: &Path, secs: Duration, stop: &AtomicBool, depth: u32) -> Latencies 
 }
 
 /// Touches random 16 KiB ranges of a shared mapping, evicting each range
-/// from the page cache first so every touch is a read from the drive.
+/// from the mapping and the page cache first so every touch is a read
+/// from the drive.
 fn mmap(file: &Path, secs: Duration, stop: &AtomicBool) -> Latencies {
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(file).unwrap();
@@ -141,6 +142,19 @@ fn mmap(file: &Path, secs: Duration, stop: &AtomicBool) -> Latencies {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let off = (seed as usize % (len / touch)) * touch;
+        // Our own mapping's pages first: the kernel does not drop a page
+        // from the cache while it is mapped, so without this every range
+        // touched once is a cache hit after (the loop devices' mmap cells
+        // read 330,000 touches a second, mean 0.002 ms, at idle).
+        // SAFETY: advice on a range inside the mapping; it is read-only
+        // and file-backed, so its pages come back from the file.
+        unsafe {
+            libc::madvise(
+                base.cast::<u8>().add(off).cast(),
+                touch,
+                libc::MADV_DONTNEED,
+            )
+        };
         // SAFETY: plain syscall on an open fd.
         unsafe {
             libc::posix_fadvise(
