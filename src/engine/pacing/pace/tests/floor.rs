@@ -47,13 +47,7 @@ fn the_depth_the_floor_needs_is_kept_while_the_application_is_over_the_aim() {
     let mut drive = SlowDrive::new(11 * MIB / 10);
     // Over the aim (1.12×) but not by much: the rate is at the floor.
     drive.run(&mut r, Duration::from_secs(5), 1.12);
-    let d = Duration::from_secs(5);
-    let got = mib_per_s(drive.run(&mut r, d, 1.12), d);
-    assert!(
-        got >= FLOOR as f64 / MIB as f64 * 0.98,
-        "{got:.2} MiB/s at depth {}: under the floor",
-        r.pacer.allowance().depth
-    );
+    reads_the_floor(&mut r, &mut drive, Duration::from_secs(5), 1.12);
     // What the floor needs (4 × 1.1 MiB/s), not more to pay back what
     // the ramp left owed faster: a depth raised for that would stay.
     assert_eq!(r.pacer.allowance().depth, 4);
@@ -63,16 +57,21 @@ fn the_depth_the_floor_needs_is_kept_while_the_application_is_over_the_aim() {
 /// 1.45 MiB/s each, three 1.25 each. The floor's depth goes 1, 2, 3;
 /// three read 3.75 MiB/s, 94 % of the floor, beside an application
 /// over the aim. That was tb-fade · qd8 for 20 s (docs/benchmarks.md,
-/// 3.7 MiB/s at depth 3): short of the floor for good, by less than the
-/// throttle's own error, so the depth is raised for it.
+/// 3.7 MiB/s at depth 3): short of the floor for good, but by less than
+/// the 0.8 of it the depth was once raised below. Short is short.
 #[test]
 fn a_little_short_of_the_floor_is_short() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(1.0);
     let mut drive = SlowDrive::new(145 * MIB / 100);
     drive.crowded = Some((3, 1.25 * MIB as f64));
     drive.run(&mut r, Duration::from_secs(5), 1.4);
-    let d = Duration::from_secs(10);
-    let got = mib_per_s(drive.run(&mut r, d, 1.4), d);
+    reads_the_floor(&mut r, &mut drive, Duration::from_secs(10), 1.4);
+}
+
+/// Over `d` beside an application at `app_ms` a read, the drive reads
+/// at least (nearly) the floor.
+fn reads_the_floor(r: &mut Rig, drive: &mut SlowDrive, d: Duration, app_ms: f64) {
+    let got = mib_per_s(drive.run(r, d, app_ms), d);
     assert!(
         got >= FLOOR as f64 / MIB as f64 * 0.98,
         "{got:.2} MiB/s at depth {}: under the floor",
