@@ -246,7 +246,7 @@ pub struct Pacer {
     depth: usize,
     /// For the depth: sharing with reads of ours waiting, since the depth
     /// was last looked at.
-    progress: floor::Span,
+    span: floor::Span,
     /// What the refresh owes its floor, and the depth the floor needs.
     floor_account: floor::FloorAccount,
     /// The application's latency ratio at the last decision.
@@ -309,7 +309,7 @@ impl Pacer {
             app_reads_per_s: 0.0,
             decided: Duration::ZERO,
             depth: 1,
-            progress: floor::Span::default(),
+            span: floor::Span::default(),
             floor_account: floor::FloorAccount::default(),
             last_ratio: None,
             depth_trial: None,

@@ -105,9 +105,13 @@ impl Span {
 
     /// Short of the floor for want of requests in flight: less than the
     /// floor's bytes read, and at least one `request` less than the
-    /// throttle let through. The throttle holds a rate to within one
-    /// request over a span (its ends can split one); a refresh it held
-    /// is not short of depth, one it did not hold is, by however little.
+    /// throttle let through. A refresh the throttle held reads within
+    /// about one request of it over a span (the bucket charges each
+    /// chunk's write, and a span's ends can split one): not short of
+    /// depth; one it did not hold is, by however little. The margin is a
+    /// larger share of a low floor with large requests (a 1 MiB request
+    /// is a quarter of a 4 MiB/s floor's second): there a shortfall
+    /// under a request is not found unless the debt raises the rate.
     /// (A share of the floor as the mark, 0.8 before, left tb-fade · qd8
     /// at 3.7 MiB/s and depth 3 for 20 s, its debt at the cap.)
     pub fn short_of_floor(&self, floor: f64, request: u64) -> bool {

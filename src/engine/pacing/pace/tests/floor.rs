@@ -66,6 +66,24 @@ fn a_little_short_of_the_floor_is_short() {
     drive.crowded = Some((3, 1.25 * MIB as f64));
     drive.run(&mut r, Duration::from_secs(5), 1.4);
     reads_the_floor(&mut r, &mut drive, Duration::from_secs(10), 1.4);
+    // Four read 5 MiB/s: enough, and no more than the floor needs.
+    assert_eq!(r.pacer.allowance().depth, 4);
+}
+
+/// The engine's time between files (syncing one, opening the next) is
+/// not ticked: the tick after it spans the gap. The throttle let the
+/// gap's bytes through and nobody asked for them; that is not a depth
+/// short of the floor. A fast drive, a 0.3 s gap every second: one
+/// request in flight still reads the floor.
+#[test]
+fn the_time_between_files_is_not_short_of_depth() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(1.0);
+    let mut drive = SlowDrive::new(100 * MIB);
+    for _ in 0..10 {
+        drive.run(&mut r, Duration::from_millis(700), 1.4);
+        r.now += Duration::from_millis(300);
+    }
+    assert_eq!(r.pacer.allowance().depth, 1);
 }
 
 /// Over `d` beside an application at `app_ms` a read, the drive reads
