@@ -268,8 +268,8 @@ impl Pacer {
         // Half the floor's bytes in half a second: far short (an aged
         // drive at one request in flight), and a second's evidence would
         // cost the floor another half second of it.
-        let far_short = span.time >= Duration::from_millis(500) && span.short_of(floor, 0.5);
-        if span.time >= Duration::from_secs(1) || far_short {
+        let far_short = span.time() >= Duration::from_millis(500) && span.short_of(floor, 0.5);
+        if span.time() >= Duration::from_secs(1) || far_short {
             if span.short_of_floor(floor, self.sharing_request()) {
                 // The floor is a promise: no trial, and none pending.
                 // Sized for the floor itself: what is owed rides on it

@@ -81,7 +81,7 @@ impl FloorAccount {
 /// read, and the bytes the throttle let through (the rate at each tick).
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct Span {
-    pub time: Duration,
+    time: Duration,
     read: u64,
     allowed: f64,
 }
@@ -91,6 +91,11 @@ impl Span {
         self.time += elapsed;
         self.read += read;
         self.allowed += rate * elapsed.as_secs_f64();
+    }
+
+    /// How long the span is.
+    pub fn time(&self) -> Duration {
+        self.time
     }
 
     /// Bytes read a second over the span.

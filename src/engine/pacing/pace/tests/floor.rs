@@ -74,7 +74,7 @@ fn a_little_short_of_the_floor_is_short() {
 /// not ticked: the tick after it spans the gap. The throttle let the
 /// gap's bytes through and nobody asked for them; that is not a depth
 /// short of the floor. A fast drive, a 0.3 s gap every second: one
-/// request in flight still reads the floor.
+/// request in flight is all the floor needs.
 #[test]
 fn the_time_between_files_is_not_short_of_depth() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(1.0);
