@@ -60,7 +60,8 @@
 //! **The floor.** The rate never goes below the floor: progress is a
 //! promise, kept over time ([`floor`]: what learning's silence and a
 //! short depth left behind is paid back, and the depth the floor needs
-//! is kept while the controller cuts the rest). When the
+//! is kept while the controller cuts the rest, more of it while paying
+//! back). When the
 //! application has not read for [`QUIET`] (longer than the pauses of a
 //! bursty reader), the refresh runs at the configured rate and depth.
 //!
@@ -208,7 +209,7 @@ enum Phase {
 /// One more request in flight, on trial until the next decision.
 #[derive(Debug, Clone, Copy)]
 struct DepthTrial {
-    /// The depth before.
+    /// The controller's depth before (the floor's is kept apart).
     before: usize,
     /// The application's latency ratio at it.
     ratio_before: f64,
@@ -243,6 +244,8 @@ pub struct Pacer {
     /// The application's reads per second, for the request size.
     app_reads_per_s: f64,
     decided: Duration,
+    /// The controller's requests in flight (one, or more on trial); the
+    /// floor's are kept apart, in `floor_account` (see `sharing_depth`).
     depth: usize,
     /// For the depth: sharing with reads of ours waiting, since the depth
     /// was last looked at.
@@ -417,7 +420,7 @@ impl Pacer {
             },
             Phase::Sharing => Allowance {
                 rate: Some(self.sharing_rate() as u64),
-                depth: self.depth,
+                depth: self.sharing_depth(),
                 request: Some(self.sharing_request()),
                 depth_bounds_writes: true,
             },
@@ -426,6 +429,16 @@ impl Pacer {
 
     fn sharing_rate(&self) -> f64 {
         self.rate.max(self.floor_now()).min(self.full())
+    }
+
+    /// Requests in flight while sharing: the controller's depth, or what
+    /// the floor needs now (more while what is owed is paid back).
+    fn sharing_depth(&self) -> usize {
+        let floor = self.floor() as f64;
+        let for_floor = self
+            .floor_account
+            .depth(self.floor_now(), floor, self.max_depth);
+        self.depth.max(for_floor)
     }
 
     /// The floor, and what is owed it paid back (see [`floor`]), within

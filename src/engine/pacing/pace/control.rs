@@ -20,6 +20,8 @@ impl Pacer {
         elapsed: Duration,
     ) {
         let app_active = self.app_seen.is_some_and(|t| now.saturating_sub(t) < QUIET);
+        // What the throttle held the tick just ended to: set at its start.
+        let held = (self.sharing_rate(), self.floor_now());
         self.account_for_the_floor(elapsed, own);
         match self.phase {
             Phase::Alone if app_active => self.start_learning(now),
@@ -35,7 +37,7 @@ impl Pacer {
             {
                 self.start_learning(now)
             }
-            Phase::Sharing => self.share(now, elapsed, own),
+            Phase::Sharing => self.share(now, elapsed, own, held),
         }
         self.set_read_ioprio();
     }
@@ -56,7 +58,9 @@ impl Pacer {
 
     /// Sharing: the application's pauses are the refresh's; while it
     /// reads, the controller's rate and depth.
-    fn share(&mut self, now: Duration, elapsed: Duration, own: &OwnDone) {
+    /// `held`: the rate and the promise (the floor and what was owed)
+    /// over the tick just ended.
+    fn share(&mut self, now: Duration, elapsed: Duration, own: &OwnDone, held: (f64, f64)) {
         let quiet = self
             .app_seen
             .map_or(Duration::ZERO, |t| now.saturating_sub(t));
@@ -77,7 +81,7 @@ impl Pacer {
         if was_paused {
             self.resume(now);
         }
-        self.grow_depth(now, elapsed, own);
+        self.grow_depth(now, elapsed, own, held);
         if now >= self.decided + DECIDE {
             self.decide(now);
         }
@@ -155,7 +159,9 @@ impl Pacer {
         self.count_app_reads(self.reads.reads_per_sec(TICK));
         if ratio > AIM {
             self.rate *= (AIM / ratio).max(0.5);
-            self.depth = self.floor_account.depth();
+            // One request in flight, or what the floor needs (kept by
+            // `sharing_depth`).
+            self.depth = 1;
         } else if ratio < AIM * 0.92 {
             // No further than half again what the refresh reads (room for
             // a depth trial to find more: it starts below 0.8 of the
@@ -173,7 +179,7 @@ impl Pacer {
             alone_ms = alone,
             ratio,
             rate_mib = self.rate / f64::from(1 << 20),
-            depth = self.depth,
+            depth = self.sharing_depth(),
             "pacer decided"
         );
         self.reads.restart();
@@ -250,7 +256,7 @@ impl Pacer {
     /// too few for an aged drive), one more in flight, on trial (see
     /// [`Pacer::judge_depth_trial`]); and the floor is kept whatever the
     /// latency says.
-    fn grow_depth(&mut self, now: Duration, elapsed: Duration, own: &OwnDone) {
+    fn grow_depth(&mut self, now: Duration, elapsed: Duration, own: &OwnDone, held: (f64, f64)) {
         if own.reads.is_empty() && self.own.reads_in_flight() == 0 {
             return;
         }
@@ -258,11 +264,15 @@ impl Pacer {
             // A tick that spans the engine's time between files (nothing
             // ticks while it syncs one and opens the next): the throttle
             // let bytes through that nobody asked for, no evidence of
-            // depth (a fast drive went to depth 8 on it; unit test).
+            // depth (a fast drive went to depth 8 on it; unit test). The
+            // span starts again after it: left out of one, the requests
+            // it ended (begun in the span) would split the span's count
+            // once more than its margin allows for.
+            self.span = Default::default();
             return;
         }
-        self.span
-            .add(elapsed, own.read_bytes(), self.sharing_rate());
+        let (rate, promise) = held;
+        self.span.add(elapsed, own.read_bytes(), rate, promise);
         let span = self.span;
         let floor = self.floor() as f64;
         // Half the floor's bytes in half a second: far short (an aged
@@ -270,14 +280,16 @@ impl Pacer {
         // cost the floor another half second of it.
         let far_short = span.time() >= Duration::from_millis(500) && span.short_of(floor, 0.5);
         if span.time() >= Duration::from_secs(1) || far_short {
-            if span.short_of_floor(floor, self.sharing_request()) {
+            if span.short_of_promise(self.sharing_request()) {
                 // The floor is a promise: no trial, and none pending.
-                // Sized for the floor itself: what is owed rides on it
-                // (a depth raised to pay it back would stay, and the
-                // application would pay for it after).
-                self.depth =
-                    self.floor_account
-                        .short(self.depth, span.read_per_s(), floor, self.max_depth);
+                // Kept for the floor itself, and raised in proportion
+                // while what is owed is paid back (a depth raised to pay
+                // it back and kept would stay, and the application would
+                // pay for it after; one sized for the floor alone never
+                // paid it back on a drive the depth bounds).
+                let depth = self.sharing_depth();
+                self.floor_account
+                    .short(depth, &span, floor, self.max_depth);
                 self.depth_trial = None;
             } else if span.short_of(self.rate, 0.8) {
                 self.try_more_depth(now);
@@ -291,12 +303,13 @@ impl Pacer {
     /// one. Not without a last decision to judge against, not while
     /// another is on trial, not past a depth that already cost.
     fn try_more_depth(&mut self, now: Duration) {
-        let next = (self.depth + 1).min(self.max_depth.max(1));
-        let capped = self.depth_ceiling.is_some_and(|d| self.depth >= d);
+        let depth = self.sharing_depth();
+        let next = (depth + 1).min(self.max_depth.max(1));
+        let capped = self.depth_ceiling.is_some_and(|d| depth >= d);
         let Some(ratio_before) = self.last_ratio else {
             return;
         };
-        if next == self.depth || capped || self.depth_trial.is_some() {
+        if next == depth || capped || self.depth_trial.is_some() {
             return;
         }
         self.depth_trial = Some(DepthTrial {
@@ -317,15 +330,16 @@ impl Pacer {
     fn judge_depth_trial(&mut self, ratio: f64) {
         if let Some(t) = self.depth_trial.take() {
             if ratio - t.ratio_before > DEPTH_COST {
+                // The trial was one more than all in flight before it.
+                let ceiling = self.depth.saturating_sub(1).max(1);
                 tracing::debug!(
                     depth = self.depth,
                     ratio,
                     before = t.ratio_before,
-                    "more depth cost the application: back to {}",
-                    t.before
+                    "more depth cost the application: no more than {ceiling}"
                 );
                 self.depth = t.before;
-                self.depth_ceiling = Some(t.before);
+                self.depth_ceiling = Some(ceiling);
             }
         }
         self.last_ratio = Some(ratio);

@@ -8,8 +8,9 @@
 //! 1.9 beside a QD8 one, against a 4 MiB/s floor. So the bytes behind the
 //! floor since the application appeared are owed, and paid back over
 //! [`PAYBACK`] on top of the floor; and the depth the floor needs is
-//! found from what one request in flight reads, and kept while the
-//! controller cuts the rest.
+//! found from what one request in flight reads, kept while the
+//! controller cuts the rest, and raised in proportion while what is owed
+//! is paid back (on a drive the depth bounds nothing else pays it).
 
 use std::time::Duration;
 
@@ -26,9 +27,10 @@ pub struct FloorAccount {
     /// Bytes behind the floor. Never below zero: time the refresh ran
     /// faster (in the application's pauses) is not banked against later.
     owed: f64,
-    /// Requests in flight the floor needs (0: not known to need more
-    /// than one).
-    depth: usize,
+    /// Requests in flight the floor alone needs, as measured (not
+    /// rounded: the depth that pays back what is owed is this many times
+    /// the promise over the floor). 0: not known to need more than one.
+    requests: f64,
 }
 
 impl FloorAccount {
@@ -50,47 +52,63 @@ impl FloorAccount {
         self.owed
     }
 
-    /// `depth` requests in flight read `read_per_s` bytes a second where
-    /// `want` was needed (the caller asks only when short of it): the
-    /// depth that reads it, by Little's law on our own requests (as many
-    /// more in flight as the bytes are short), one more at least, at most
-    /// twice as many (the span measured can start
-    /// with requests not yet in flight; on the testbed with fade and a
-    /// QD8 reader a jump from one to five, unbounded, put the reader at
-    /// 2–2.8× its latency alone), at most `max`.
-    pub fn short(&mut self, depth: usize, read_per_s: f64, want: f64, max: usize) -> usize {
-        let depth = depth.max(1);
-        let need = (depth as f64 * want / read_per_s.max(1.0)).ceil() as usize;
-        self.depth = need.clamp(depth + 1, 2 * depth).min(max.max(1));
-        self.depth
+    /// `depth` requests in flight read less than `span` promised (the
+    /// caller asks only when short of it): the requests the floor needs,
+    /// by Little's law on our own requests (as many more in flight as the
+    /// bytes are short). A step is one request more at least, at most
+    /// twice as many (the span measured can start with requests not yet
+    /// in flight; on the testbed with fade and a QD8 reader a jump from
+    /// one to five, unbounded, put the reader at 2–2.8× its latency
+    /// alone), at most `max`. Measured against the promise (the floor
+    /// and what is owed), kept for the floor alone: the depth that pays
+    /// back shrinks with what is owed.
+    pub fn short(&mut self, depth: usize, span: &Span, floor: f64, max: usize) {
+        let depth = depth.max(1) as f64;
+        let promised = span.promised_per_s().max(floor);
+        let need = depth * promised / span.read_per_s().max(1.0);
+        let step = need.clamp(depth + 1.0, 2.0 * depth).min(max.max(1) as f64);
+        // As many now: in the promise now, not the span's.
+        self.requests = step * floor / self.rate(floor);
     }
 
-    /// The depth the floor needs, one at least.
-    pub fn depth(&self) -> usize {
-        self.depth.max(1)
+    /// The requests in flight that keep the promise at `promise` bytes a
+    /// second (the floor's, scaled by what is owed), one at least, at
+    /// most `max`.
+    pub fn depth(&self, promise: f64, floor: f64, max: usize) -> usize {
+        if self.requests == 0.0 {
+            return 1;
+        }
+        // Less a hair: a depth that reads the promise exactly is enough.
+        let depth = (self.requests * promise / floor.max(1.0) - 1e-9).ceil();
+        (depth as usize).clamp(1, max.max(1))
     }
 
     /// The depth is learned again (the drive, or the application, may
     /// have changed); what is owed stays.
     pub fn forget_depth(&mut self) {
-        self.depth = 0;
+        self.requests = 0.0;
     }
 }
 
 /// A span of sharing with reads of ours waiting: how long, the bytes
-/// read, and the bytes the throttle let through (the rate at each tick).
+/// read, the bytes the throttle let through (the rate at each tick), and
+/// the bytes the promise asked for (the floor and what was owed, at each
+/// tick).
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct Span {
     time: Duration,
     read: u64,
     allowed: f64,
+    promised: f64,
 }
 
 impl Span {
-    pub fn add(&mut self, elapsed: Duration, read: u64, rate: f64) {
+    pub fn add(&mut self, elapsed: Duration, read: u64, rate: f64, promise: f64) {
+        let secs = elapsed.as_secs_f64();
         self.time += elapsed;
         self.read += read;
-        self.allowed += rate * elapsed.as_secs_f64();
+        self.allowed += rate * secs;
+        self.promised += promise * secs;
     }
 
     /// How long the span is.
@@ -100,7 +118,16 @@ impl Span {
 
     /// Bytes read a second over the span.
     pub fn read_per_s(&self) -> f64 {
-        self.read as f64 / self.time.as_secs_f64().max(1e-9)
+        self.read as f64 / self.secs()
+    }
+
+    /// Bytes a second the promise asked for over the span.
+    pub fn promised_per_s(&self) -> f64 {
+        self.promised / self.secs()
+    }
+
+    fn secs(&self) -> f64 {
+        self.time.as_secs_f64().max(1e-9)
     }
 
     /// Less than `share` of `rate`'s bytes read.
@@ -108,19 +135,21 @@ impl Span {
         (self.read as f64) < rate * self.time.as_secs_f64() * share
     }
 
-    /// Short of the floor for want of requests in flight: less than the
-    /// floor's bytes read, and at least one `request` less than the
-    /// throttle let through. A refresh the throttle held reads within
-    /// about one request of it over a span (the bucket charges each
-    /// chunk's write, and a span's ends can split one): not short of
-    /// depth; one it did not hold is, by however little. The margin is a
-    /// larger share of a low floor with large requests (a 1 MiB request
-    /// is a quarter of a 4 MiB/s floor's second): there a shortfall
-    /// under a request is not found unless the debt raises the rate.
-    /// (A share of the floor as the mark, 0.8 before, left tb-fade · qd8
-    /// at 3.7 MiB/s and depth 3 for 20 s, its debt at the cap.)
-    pub fn short_of_floor(&self, floor: f64, request: u64) -> bool {
-        self.short_of(floor, 1.0) && (self.read + request) as f64 <= self.allowed
+    /// Short of the promise for want of requests in flight: less than the
+    /// promise's bytes read (the floor and what was owed), and at least
+    /// one `request` less than the throttle let through. A refresh the
+    /// throttle held reads within about one request of it over a span
+    /// (the bucket charges each chunk's write, and a span's ends can
+    /// split one): not short of depth; one it did not hold is, by however
+    /// little. The margin is a larger share of a low floor with large
+    /// requests (a 1 MiB request is a quarter of a 4 MiB/s floor's
+    /// second): there a shortfall under a request is not found unless
+    /// the debt raises the rate. (A share of the floor as the mark, 0.8
+    /// before, left tb-fade · qd8 at 3.7 MiB/s and depth 3 for 20 s, its
+    /// debt at the cap; the floor alone as the mark, what was owed was
+    /// never paid on a drive the depth bounds.)
+    pub fn short_of_promise(&self, request: u64) -> bool {
+        (self.read as f64) < self.promised && (self.read + request) as f64 <= self.allowed
     }
 }
 
@@ -152,39 +181,89 @@ mod tests {
     }
 
     #[test]
-    fn short_of_the_floor_is_what_the_throttle_did_not_hold() {
-        let span = |read: f64, allowed: f64| {
+    fn short_of_the_promise_is_what_the_throttle_did_not_hold() {
+        let span = |read: f64, allowed: f64, promised: f64| {
             let mut s = Span::default();
-            s.add(Duration::from_secs(1), (read * MIB) as u64, allowed * MIB);
+            s.add(
+                Duration::from_secs(1),
+                (read * MIB) as u64,
+                allowed * MIB,
+                promised * MIB,
+            );
             s
         };
         let request = 512 << 10;
         // The throttle let the floor through; a span's end split a request.
-        assert!(!span(3.6, 4.0).short_of_floor(4.0 * MIB, request));
+        assert!(!span(3.6, 4.0, 4.0).short_of_promise(request));
         // It let through more than a request's worth we did not read.
-        assert!(span(3.4, 4.0).short_of_floor(4.0 * MIB, request));
+        assert!(span(3.4, 4.0, 4.0).short_of_promise(request));
         // Paying back (6 MiB/s let through), 94 % of the floor is short.
-        assert!(span(3.75, 6.0).short_of_floor(4.0 * MIB, request));
-        // At the floor, whatever was let through, is not.
-        assert!(!span(4.0, 8.0).short_of_floor(4.0 * MIB, request));
+        assert!(span(3.75, 6.0, 6.0).short_of_promise(request));
+        // So is the floor read, with what is owed not paid.
+        assert!(span(4.2, 6.0, 6.0).short_of_promise(request));
+        // The promise read, whatever more was let through, is not.
+        assert!(!span(6.0, 8.0, 6.0).short_of_promise(request));
+    }
+
+    /// A second of the floor promised, `read` MiB read.
+    fn at_the_floor(read: f64) -> Span {
+        let mut s = Span::default();
+        s.add(
+            Duration::from_secs(1),
+            (read * MIB) as u64,
+            4.0 * MIB,
+            4.0 * MIB,
+        );
+        s
     }
 
     #[test]
     fn the_depth_the_floor_needs_is_what_one_request_reads_into_it() {
+        let floor = 4.0 * MIB;
         let mut a = FloorAccount::default();
-        assert_eq!(a.depth(), 1);
+        let depth = |a: &FloorAccount| a.depth(floor, floor, 8);
+        assert_eq!(depth(&a), 1);
         // Two in flight read 2.5 MiB/s of 4: four.
-        assert_eq!(a.short(2, 2.5 * MIB, 4.0 * MIB, 8), 4);
-        assert_eq!(a.depth(), 4);
+        a.short(2, &at_the_floor(2.5), floor, 8);
+        assert_eq!(depth(&a), 4);
         // Nearly there: one more, not the same.
-        assert_eq!(a.short(4, 3.9 * MIB, 4.0 * MIB, 8), 5);
+        a.short(4, &at_the_floor(3.9), floor, 8);
+        assert_eq!(depth(&a), 5);
         // Far short: twice as many at most, in a step.
-        assert_eq!(a.short(1, 1.0 * MIB, 4.0 * MIB, 8), 2);
-        assert_eq!(a.short(3, 0.0, 4.0 * MIB, 8), 6, "nothing read at all");
+        a.short(1, &at_the_floor(1.0), floor, 8);
+        assert_eq!(depth(&a), 2);
+        a.short(3, &at_the_floor(0.0), floor, 8);
+        assert_eq!(depth(&a), 6, "nothing read at all");
         // Never past the most the refresh may have in flight.
-        assert_eq!(a.short(6, 0.1 * MIB, 4.0 * MIB, 8), 8);
-        assert_eq!(a.short(8, 1.0 * MIB, 4.0 * MIB, 8), 8, "at the most");
+        a.short(6, &at_the_floor(0.1), floor, 8);
+        assert_eq!(depth(&a), 8);
+        a.short(8, &at_the_floor(1.0), floor, 8);
+        assert_eq!(depth(&a), 8, "at the most");
         a.forget_depth();
-        assert_eq!(a.depth(), 1);
+        assert_eq!(depth(&a), 1);
+    }
+
+    /// Paying back, the promise is more than the floor: the depth found
+    /// short of it is kept for the floor alone, and scaled by the promise.
+    #[test]
+    fn the_depth_that_pays_back_shrinks_with_what_is_owed() {
+        let floor = 4.0 * MIB;
+        let mut a = FloorAccount::default();
+        // A second of the floor owed: paid back at 6 MiB/s.
+        a.account(floor, Duration::from_secs(1), 0);
+        assert_eq!(a.rate(floor), 6.0 * MIB);
+        // Four in flight read 4.2 MiB/s, 6 were promised: six for it.
+        let mut span = Span::default();
+        span.add(
+            Duration::from_secs(1),
+            (4.2 * MIB) as u64,
+            6.0 * MIB,
+            6.0 * MIB,
+        );
+        a.short(4, &span, floor, 8);
+        assert_eq!(a.depth(6.0 * MIB, floor, 8), 6);
+        assert_eq!(a.depth(5.0 * MIB, floor, 8), 5);
+        // Paid: four read the floor.
+        assert_eq!(a.depth(floor, floor, 8), 4);
     }
 }
