@@ -105,14 +105,9 @@ impl IoThread {
                 cfg.pace.priority,
                 crate::io::syscalls::write_ioprio(),
             ));
-        // Opening and planning read metadata (inodes, extent trees) and the
-        // end syncs it: our own I/O, not countable per request. The pacer
-        // leaves those ticks out, so they are not taken for an application.
-        self.own.uncounted();
         let r = catch_unwind(AssertUnwindSafe(|| {
             refresh_file(self, t, cfg, skip, progress)
         }));
-        self.own.uncounted();
         let report = r.unwrap_or_else(|panic| {
             let what = panic
                 .downcast_ref::<&str>()
@@ -239,7 +234,11 @@ fn refresh_file(
     let start = Instant::now();
     let span = tracing::debug_span!("refresh", path = %crate::pathtext::Log(&t.display));
     let _enter = span.enter();
-    let (opened, relocate) = match open(t, cfg) {
+    // Opening and planning read metadata (inodes, extent trees) and the
+    // end syncs it: our own I/O, not countable per request. The pacer
+    // leaves what the drive counts meanwhile out, so it is not taken for
+    // an application.
+    let (opened, relocate) = match io.throttle.uncounted(|| open(t, cfg)) {
         Ok(x) => x,
         Err(report) => return *report,
     };
@@ -280,17 +279,19 @@ fn refresh_file(
         attrs: &mut attrs,
     };
     let done = run_in_handle(&mut io.ring, fd, relocate, job);
-    report.outcome = finish(
-        &opened,
-        &clock,
-        done,
-        &mut report,
-        cfg,
-        Settle {
-            record: &mut record,
-            attrs: attrs.as_mut(),
-        },
-    );
+    report.outcome = io.throttle.uncounted(|| {
+        finish(
+            &opened,
+            &clock,
+            done,
+            &mut report,
+            cfg,
+            Settle {
+                record: &mut record,
+                attrs: attrs.as_mut(),
+            },
+        )
+    });
     let evidence = changed_by_another(&opened, &clock, relocate, &mut attrs);
     report.outcome = as_outcome_of_another(
         std::mem::replace(&mut report.outcome, Outcome::Refreshed),

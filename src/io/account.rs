@@ -23,8 +23,9 @@ pub struct OwnDone {
     /// itself (nothing else of ours in flight when it started).
     pub reads: Vec<(u64, Duration, bool)>,
     pub writes: Vec<u64>,
-    /// Own I/O the kernel did for us without requests we can count
-    /// (relocation's copy and compare): this tick's counters are unusable.
+    /// Own I/O the kernel did for us without requests we can count, in a
+    /// section the drive's counters could not bracket (see
+    /// `Throttle::uncounted`): this tick's counters are unusable.
     pub uncounted: bool,
 }
 

@@ -6,7 +6,9 @@
 //! subtracts its own reads (counted as the block layer splits them, each
 //! piece for its request's latency): what is left is the application's
 //! reads and their mean latency over the last half second
-//! ([`latency::Separator`]). Writes are not the application waiting (the
+//! ([`latency::Separator`]; our own reads it cannot count, opening and
+//! planning a file, are bracketed by readings of the counters and left
+//! out). Writes are not the application waiting (the
 //! page cache absorbs them; the filesystem's journal and lazy inode-table
 //! init write in the background): they never hold the refresh back.
 //!
@@ -526,6 +528,24 @@ impl Pacer {
         }
         self.step(now, tick, &own, elapsed);
         self.allowance() != before || self.raised != raised
+    }
+
+    /// Our own I/O that we cannot count starts (see
+    /// [`latency::Separator::begin_uncounted`]); without readable
+    /// counters, the tick it falls in is left out.
+    pub fn begin_uncounted(&mut self) {
+        match self.device.as_mut().and_then(|d| d.read()) {
+            Some(now) => self.reads.begin_uncounted(now),
+            None => self.own.uncounted(),
+        }
+    }
+
+    /// And ends.
+    pub fn end_uncounted(&mut self) {
+        let now = self.device.as_mut().and_then(|d| d.read());
+        if !self.reads.end_uncounted(now) {
+            self.own.uncounted();
+        }
     }
 
     /// Reads run in the idle class, except while sharing the drive (the

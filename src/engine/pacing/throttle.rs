@@ -165,12 +165,24 @@ impl Throttle {
         )
     }
 
-    /// Own I/O the kernel does for us without countable requests is about
-    /// to run (or just ran): the pacer ignores this tick's counters.
-    pub fn uncounted_io(&self) {
-        if let Some(p) = &self.pacer {
-            p.own().uncounted();
+    /// Runs `f`, our own I/O the kernel does without requests we can
+    /// count (opening and planning a file read its metadata; relocation
+    /// copies): the pacer leaves what the drive counts meanwhile out.
+    pub fn uncounted<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        /// Ends the section however `f` ends.
+        struct Section<'a>(Option<&'a mut Pacer>);
+        impl Drop for Section<'_> {
+            fn drop(&mut self) {
+                if let Some(p) = self.0.as_mut() {
+                    p.end_uncounted();
+                }
+            }
         }
+        let mut section = Section(self.pacer.as_mut());
+        if let Some(p) = section.0.as_mut() {
+            p.begin_uncounted();
+        }
+        f()
     }
 
     /// Lets the pacer look at the drive, and applies its rate.

@@ -135,10 +135,11 @@ fn plan_file(job: &mut FileJob<'_, '_>, align: u64) -> Result<Plan, Done> {
         unsafe_write_holes: sw.write_holes(),
         unsafe_direct_tail: sw.direct_tail(),
     };
-    let p = plan::for_file(o.fd.as_fd(), &params)
+    // FIEMAP may read extent blocks: not an application's reads.
+    let p = job
+        .throttle
+        .uncounted(|| plan::for_file(o.fd.as_fd(), &params))
         .map_err(|e| unwritten(Outcome::failed(FailKind::Io, e.to_string())))?;
-    // FIEMAP may have read extent blocks: not an application's reads.
-    job.throttle.uncounted_io();
     job.report.excluded = p.excluded;
     job.report.bytes_planned = p.bytes();
     if p.chunks.is_empty() {

@@ -106,7 +106,8 @@ fn relocate(fio: &mut FileIo<'_>, job: &mut FileJob<'_, '_>) -> Outcome {
         unsafe_write_holes: false,
         unsafe_direct_tail: false,
     };
-    let p = match plan::for_file(orig, &params) {
+    // FIEMAP may read extent blocks: not an application's reads.
+    let p = match job.throttle.uncounted(|| plan::for_file(orig, &params)) {
         Ok(p) => p,
         Err(e) => return Outcome::failed(FailKind::Io, e.to_string()),
     };
@@ -248,10 +249,8 @@ fn relocate_units(mut r: Relocator<'_, '_>, units: &[Chunk], job: &mut FileJob<'
         let largest = job.report.largest_unit.get_or_insert(0);
         *largest = (*largest).max(u.len);
         // The kernel's copy and compare cannot be told from other I/O on
-        // the drive: the pacer ignores the ticks they fall in.
-        job.throttle.uncounted_io();
-        let moved = r.chunk(*u);
-        job.throttle.uncounted_io();
+        // the drive: the pacer leaves what the drive counts meanwhile out.
+        let moved = job.throttle.uncounted(|| r.chunk(*u));
         match moved {
             ChunkResult::Moved => {
                 job.report.bytes_refreshed += u.len;

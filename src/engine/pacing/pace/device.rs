@@ -14,6 +14,25 @@ pub struct Counters {
     pub writes: u64,
 }
 
+impl Counters {
+    /// What was counted since `before` (never below zero).
+    pub fn since(self, before: Counters) -> Counters {
+        Counters {
+            reads: self.reads.saturating_sub(before.reads),
+            read_ms: self.read_ms.saturating_sub(before.read_ms),
+            writes: self.writes.saturating_sub(before.writes),
+        }
+    }
+
+    pub fn plus(self, more: Counters) -> Counters {
+        Counters {
+            reads: self.reads + more.reads,
+            read_ms: self.read_ms + more.read_ms,
+            writes: self.writes + more.writes,
+        }
+    }
+}
+
 /// Completed requests of a drive, whoever issued them.
 pub trait DeviceCounters: Send {
     /// A name for messages (`sda`, `loop3+loop4`).
