@@ -1,7 +1,7 @@
 //! The refresh's own I/O, counted where it completes (the ring) for
 //! whoever paces it, and the I/O priorities its requests carry.
 
-use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -15,6 +15,9 @@ pub struct OwnIo {
     reads_in_flight: AtomicUsize,
     read_ioprio: AtomicU16,
     write_ioprio: AtomicU16,
+    /// In a section the pacer leaves out of the drive's counters (see
+    /// `Throttle::uncounted`).
+    in_section: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -27,12 +30,17 @@ pub struct OwnDone {
     /// section the drive's counters could not bracket (see
     /// `Throttle::uncounted`): this tick's counters are unusable.
     pub uncounted: bool,
+    /// Bytes of reads that completed inside a section the pacer leaves
+    /// out (relocation reads its units there): the refresh's progress,
+    /// not reads to tell the application's from (the section's count
+    /// already left them out; in `reads` too, they were left out twice).
+    pub section_read_bytes: u64,
 }
 
 impl OwnDone {
     /// The bytes the completed reads read.
     pub fn read_bytes(&self) -> u64 {
-        self.reads.iter().map(|r| r.0).sum()
+        self.reads.iter().map(|r| r.0).sum::<u64>() + self.section_read_bytes
     }
 }
 
@@ -55,7 +63,11 @@ impl OwnIo {
     /// A read completed whole (`latency` from submit to completion).
     pub fn read_done(&self, len: u64, latency: Duration, alone: bool) {
         let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
-        d.reads.push((len, latency, alone));
+        if self.in_section.load(Ordering::Relaxed) {
+            d.section_read_bytes += len;
+        } else {
+            d.reads.push((len, latency, alone));
+        }
     }
 
     pub fn write_done(&self, len: u64) {
@@ -69,6 +81,12 @@ impl OwnIo {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .uncounted = true;
+    }
+
+    /// A section the pacer leaves out of the drive's counters begins
+    /// (`true`) or ends.
+    pub fn set_in_section(&self, on: bool) {
+        self.in_section.store(on, Ordering::Relaxed);
     }
 
     pub fn read_ioprio(&self) -> u16 {

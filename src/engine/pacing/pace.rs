@@ -6,9 +6,10 @@
 //! subtracts its own reads (counted as the block layer splits them, each
 //! piece for its request's latency): what is left is the application's
 //! reads and their mean latency over the last half second
-//! ([`latency::Separator`]; our own reads it cannot count, opening and
-//! planning a file, are bracketed by readings of the counters and left
-//! out). Writes are not the application waiting (the
+//! ([`latency::Separator`]; our own reads it cannot count, opening,
+//! planning and syncing a file, its unaligned tail, relocation's units,
+//! are bracketed by readings of the counters and left out). Writes are
+//! not the application waiting (the
 //! page cache absorbs them; the filesystem's journal and lazy inode-table
 //! init write in the background): they never hold the refresh back.
 //!
@@ -246,8 +247,9 @@ pub struct Pacer {
     /// The application's reads per second, for the request size.
     app_reads_per_s: f64,
     decided: Duration,
-    /// The controller's requests in flight (one, or more on trial); the
-    /// floor's are kept apart, in `floor_account` (see `sharing_depth`).
+    /// The controller's requests in flight (one, more on trial, or a
+    /// trial kept); the floor's are kept apart, in `floor_account` (see
+    /// `sharing_depth`).
     depth: usize,
     /// For the depth: sharing with reads of ours waiting, since the depth
     /// was last looked at.
@@ -535,13 +537,17 @@ impl Pacer {
     /// counters, the tick it falls in is left out.
     pub fn begin_uncounted(&mut self) {
         match self.device.as_mut().and_then(|d| d.read()) {
-            Some(now) => self.reads.begin_uncounted(now),
+            Some(now) => {
+                self.reads.begin_uncounted(now);
+                self.own.set_in_section(true);
+            }
             None => self.own.uncounted(),
         }
     }
 
     /// And ends.
     pub fn end_uncounted(&mut self) {
+        self.own.set_in_section(false);
         let now = self.device.as_mut().and_then(|d| d.read());
         if !self.reads.end_uncounted(now) {
             self.own.uncounted();

@@ -168,7 +168,11 @@ fn open_record(job: &mut FileJob<'_, '_>) -> Result<(), Done> {
     let (Some(j), true) = (&job.cfg.journal, job.clock.leased()) else {
         return Ok(());
     };
-    match begin_record(j, job.opened.fd.as_fd()) {
+    // A cold journal directory is read: ours, not an application's.
+    match job
+        .throttle
+        .uncounted(|| begin_record(j, job.opened.fd.as_fd()))
+    {
         Ok(r) => {
             *job.record = Some(r);
             Ok(())

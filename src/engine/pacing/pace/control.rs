@@ -287,10 +287,14 @@ impl Pacer {
                 // it back and kept would stay, and the application would
                 // pay for it after; one sized for the floor alone never
                 // paid it back on a drive the depth bounds).
+                // Measured at the depth in effect, a trial's included;
+                // the trial goes back untried.
                 let depth = self.sharing_depth();
                 self.floor_account
                     .short(depth, &span, floor, self.max_depth);
-                self.depth_trial = None;
+                if let Some(t) = self.depth_trial.take() {
+                    self.depth = t.before;
+                }
             } else if span.short_of(self.rate, 0.8) {
                 self.try_more_depth(now);
             }
@@ -302,14 +306,21 @@ impl Pacer {
     /// of the application's reads at the new depth) against the last
     /// one. Not without a last decision to judge against, not while
     /// another is on trial, not past a depth that already cost.
+    ///
+    /// One more than the controller's depth or the floor's, whichever is
+    /// more, not than the depth that pays back what is owed: that one
+    /// shrinks with the debt, and a trial built on it would keep it.
     fn try_more_depth(&mut self, now: Duration) {
-        let depth = self.sharing_depth();
+        let floor = self.floor() as f64;
+        let depth = self
+            .depth
+            .max(self.floor_account.depth(floor, floor, self.max_depth));
         let next = (depth + 1).min(self.max_depth.max(1));
         let capped = self.depth_ceiling.is_some_and(|d| depth >= d);
         let Some(ratio_before) = self.last_ratio else {
             return;
         };
-        if next == depth || capped || self.depth_trial.is_some() {
+        if next <= self.sharing_depth() || capped || self.depth_trial.is_some() {
             return;
         }
         self.depth_trial = Some(DepthTrial {

@@ -55,20 +55,22 @@ impl FloorAccount {
     /// `depth` requests in flight read less than `span` promised (the
     /// caller asks only when short of it): the requests the floor needs,
     /// by Little's law on our own requests (as many more in flight as the
-    /// bytes are short). A step is one request more at least, at most
-    /// twice as many (the span measured can start with requests not yet
-    /// in flight; on the testbed with fade and a QD8 reader a jump from
-    /// one to five, unbounded, put the reader at 2–2.8× its latency
-    /// alone), at most `max`. Measured against the promise (the floor
-    /// and what is owed), kept for the floor alone: the depth that pays
-    /// back shrinks with what is owed.
+    /// bytes are short: asked at the promise, that rounds up to one more
+    /// at least), at most twice as many as now (the span measured can
+    /// start with requests not yet in flight; on the testbed with fade
+    /// and a QD8 reader a jump from one to five, unbounded, put the reader
+    /// at 2–2.8× its latency alone), at most `max`. Measured against the
+    /// promise over the span (the floor and what was owed), kept for the
+    /// floor alone, unrounded: the depth that pays back shrinks with what
+    /// is owed, and is back to what the floor needs when it is paid (a
+    /// step rounded up to the promise's and kept for the floor kept a
+    /// third request where two read the floor; unit test).
     pub fn short(&mut self, depth: usize, span: &Span, floor: f64, max: usize) {
         let depth = depth.max(1) as f64;
         let promised = span.promised_per_s().max(floor);
         let need = depth * promised / span.read_per_s().max(1.0);
-        let step = need.clamp(depth + 1.0, 2.0 * depth).min(max.max(1) as f64);
-        // As many now: in the promise now, not the span's.
-        self.requests = step * floor / self.rate(floor);
+        let need = need.min(2.0 * depth).min(max.max(1) as f64);
+        self.requests = need * floor / promised;
     }
 
     /// The requests in flight that keep the promise at `promise` bytes a

@@ -62,7 +62,7 @@ impl Separator {
                 self.uncounted = self.uncounted.plus(now.since(since));
                 true
             }
-            // Begun on another drive (the separator was reset since).
+            // Begun without readable counters: its tick is left out.
             (None, Some(_)) => true,
             (_, None) => false,
         }
@@ -74,10 +74,14 @@ impl Separator {
     /// kernel did without countable requests).
     pub fn tick(&mut self, now: Option<Counters>, own: &OwnDone, max_io: u64) -> Option<TickReads> {
         let Some(now) = now else {
-            self.reset();
+            self.last = None;
+            self.uncounted_since = None;
+            self.uncounted = Counters::default();
             return None;
         };
-        // A section still open: what it counted so far is left out here.
+        // A section still open: what it counted so far is left out here
+        // (none is today: `Throttle::uncounted` holds the pacer while its
+        // section runs; a tick inside one would count it twice without).
         if let Some(since) = self.uncounted_since.as_mut() {
             self.uncounted = self.uncounted.plus(now.since(*since));
             *since = now;

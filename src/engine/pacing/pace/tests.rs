@@ -451,8 +451,8 @@ fn it_learns_again_and_leaves_when_the_application_goes_quiet() {
     assert!(r.pacer.status().yielding().is_none());
 }
 
-/// Without counters to bracket it with, a section of our uncountable
-/// I/O leaves its whole tick out.
+/// Uncountable I/O of ours the pacer was told of without a section
+/// leaves its whole tick out.
 #[test]
 fn ticks_with_uncountable_io_of_ours_are_left_out() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
@@ -493,9 +493,48 @@ fn small_files_do_not_hide_the_application() {
     assert!((alone - 0.4).abs() < 0.05, "learned {alone} ms");
 }
 
+/// Relocation reads its units inside its section: the drive counted
+/// them there, and they are not left out a second time as reads of
+/// ours (the application's reads and their time would read low).
+#[test]
+fn reads_of_ours_inside_a_section_are_left_out_once() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    for _ in 0..10 {
+        r.pacer.begin_uncounted();
+        for _ in 0..10 {
+            r.pacer
+                .own()
+                .read_done(MIB, Duration::from_millis(5), false);
+        }
+        // Two pieces each for the drive.
+        r.drive.add(20, 100, 0);
+        r.pacer.end_uncounted();
+        r.tick_with(0, APP_READS, 0.4);
+    }
+    assert!(r.sharing(), "{:?}", r.pacer.phase);
+    let (alone, _) = r.pacer.baseline.unwrap();
+    assert!((alone - 0.4).abs() < 0.01, "learned {alone} ms");
+}
+
+/// A section begun where the counters could not be read leaves its
+/// whole tick out: what the drive counted is not an application.
+#[test]
+fn a_section_without_counters_leaves_its_tick_out() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    for _ in 0..10 {
+        let counters = r.drive.0.lock().unwrap().take();
+        r.pacer.begin_uncounted();
+        *r.drive.0.lock().unwrap() = counters;
+        r.drive.add(50, 50, 0);
+        r.pacer.end_uncounted();
+        r.tick();
+    }
+    assert!(!r.sharing(), "{:?}", r.pacer.phase);
+}
+
 /// And our own metadata reads, in their sections, are not an
-/// application, even when a section spans a tick (relocation's copy of a
-/// large unit).
+/// application, even when a section spans a tick (none does today:
+/// `Throttle::uncounted` holds the pacer while its section runs).
 #[test]
 fn our_uncountable_reads_are_not_an_application() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));

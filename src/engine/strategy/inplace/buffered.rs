@@ -60,7 +60,11 @@ impl Buffered<'_> {
                 .space_for(c.len)
                 .map_err(|why| BufferedError::Stop(why, c.offset))?;
             let mut buf = vec![0u8; c.len as usize];
-            if let Err(e) = read_exact_at(fd, &mut buf, c.offset) {
+            // Through the page cache: the drive counts it, we cannot.
+            let read = self
+                .throttle
+                .uncounted(|| read_exact_at(fd, &mut buf, c.offset));
+            if let Err(e) = read {
                 out.bad.push(ReadError {
                     offset: c.offset,
                     len: c.len,
@@ -108,7 +112,10 @@ impl Buffered<'_> {
         }
         for (c, want) in saved {
             let mut got = vec![0u8; c.len as usize];
-            read_exact_at(fd, &mut got, c.offset).map_err(|e| {
+            let read = self
+                .throttle
+                .uncounted(|| read_exact_at(fd, &mut got, c.offset));
+            read.map_err(|e| {
                 BufferedError::Io(format!("verify read at offset {}: {e}", c.offset))
             })?;
             if got != want {

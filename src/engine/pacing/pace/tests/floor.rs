@@ -113,6 +113,26 @@ fn the_time_between_files_is_not_short_of_depth() {
     assert_eq!(r.pacer.allowance().depth, 1);
 }
 
+/// A drive on which the floor needs two requests in flight, beside an
+/// application that a third makes 7 % slower: the trial of a third goes
+/// back, and no more than the two the floor keeps are tried again.
+#[test]
+fn a_costly_trial_goes_back_to_what_the_floor_keeps() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(1.0);
+    let mut drive = SlowDrive::new(5 * MIB / 2);
+    let end = r.now + Duration::from_secs(10);
+    while r.now < end {
+        let ms = if r.pacer.allowance().depth > 2 {
+            1.07
+        } else {
+            1.0
+        };
+        drive.tick(&mut r, ms);
+    }
+    assert_eq!(r.pacer.depth_ceiling, Some(2));
+    assert_eq!(r.pacer.allowance().depth, 2);
+}
+
 /// Over `d` beside an application at `app_ms` a read, the drive reads
 /// at least (nearly) the floor.
 fn reads_the_floor(r: &mut Rig, drive: &mut SlowDrive, d: Duration, app_ms: f64) {
