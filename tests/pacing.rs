@@ -93,19 +93,25 @@ fn refresh(dir: &Path, extra: &[&str]) -> serde_json::Value {
     refresh_files(dir, extra, 6)
 }
 
-/// The one-shot at 40 MiB/s (floor 8) on `dir`'s `n` files: its summary.
+/// The one-shot at 40 MiB/s (floor 8) on `dir`, as JSON.
+fn oneshot(dir: &Path, extra: &[&str]) -> std::process::Command {
+    let mut c = refreshd();
+    c.args([
+        "refresh",
+        "--json",
+        "--rate",
+        "40MiB/s",
+        "--yield-floor",
+        "8MiB/s",
+    ])
+    .args(extra)
+    .arg(dir);
+    c
+}
+
+/// The one-shot on `dir`'s `n` files: its summary.
 fn refresh_files(dir: &Path, extra: &[&str], n: usize) -> serde_json::Value {
-    let out = run(refreshd()
-        .args([
-            "refresh",
-            "--json",
-            "--rate",
-            "40MiB/s",
-            "--yield-floor",
-            "8MiB/s",
-        ])
-        .args(extra)
-        .arg(dir));
+    let out = run(&mut oneshot(dir, extra));
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let last = text.lines().last().unwrap_or_default();
     let v: serde_json::Value = serde_json::from_str(last).unwrap();
@@ -176,16 +182,7 @@ fn privileged_small_files_on_a_fast_drive_still_yield() {
     drop(AppReader::start(&fs.path("app")));
     fs.sync();
     drop_caches();
-    let refresh = refreshd()
-        .args([
-            "refresh",
-            "--json",
-            "--rate",
-            "40MiB/s",
-            "--yield-floor",
-            "8MiB/s",
-        ])
-        .arg(fs.path("data"))
+    let refresh = oneshot(&fs.path("data"), &[])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
