@@ -58,7 +58,8 @@
 //! [`TAIL_SHARE`] of the application's reads, and no larger than the
 //! drive takes in one (a busy reader at QD1 on the testbed's one
 //! channel: 512 KiB, p99 1.15× alone; at the 64 KiB the pacer before
-//! this one sized them for, 6.2×; see [`Pacer::sharing_request`]).
+//! this one sized them for, 6.2×; see [`Pacer::sharing_request`]), and
+//! never smaller than a fixed rate's ([`REQUEST_TIME`]).
 //!
 //! **The floor.** The rate never goes below the floor: progress is a
 //! promise, kept over time ([`floor`]: what learning's silence and a
@@ -151,9 +152,18 @@ pub const PAUSE_GAPS: u32 = 10;
 /// than this (the executor asks for its allowance many times per
 /// request; each look reads a sysfs file).
 pub const PAUSE_LOOK: Duration = Duration::from_millis(1);
-/// A request while sharing the drive is at least this many seconds of
-/// the rate (fewer, larger requests cost the drive less per byte).
-const REQUEST_TIME: f64 = 0.01;
+/// A request while sharing the drive is at least this much of the rate's
+/// time: the throttle's own chunk at that rate
+/// ([`super::throttle::CHUNK_TIME`], 1/20 s), what a fixed rate sends. At
+/// any rate the controller picks, its requests are then no more than a
+/// fixed rate's, the setting it is judged against. Measured on loop-none
+/// (2 cores, where each request costs the CPU the reader needs) at
+/// 1/100 s, one 5 s run each, requests 64–220 KiB: reads of the reader's
+/// past 1.2× its idle p99 1.10–1.58 % beside the pacer (QD1 ×3, QD8 ×2;
+/// idle: 1 %), p99 1.24–1.38×; at 1/20 s, 0.83–1.19 %, p99 1.12–1.32×;
+/// the mmap reader's p99 1.27–1.37× against 1.06–1.23×; tb4 · QD8 1.26×
+/// against 1.15× (docs/benchmarks.md).
+const REQUEST_TIME: f64 = super::throttle::CHUNK_TIME.as_secs_f64();
 /// Our requests (reads and writes) per second while sharing are at most
 /// this share of the application's reads per second: each can make one of
 /// its reads wait, and its p99 goes over as soon as more than 1 % of them

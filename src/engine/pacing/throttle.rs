@@ -255,11 +255,18 @@ impl Throttle {
     }
 }
 
+/// One chunk is at most this much of the rate's time.
+pub const CHUNK_TIME: Duration = Duration::from_millis(50);
+
 /// The largest chunk that keeps the throttle within ±0.5 % over 10 s:
-/// one chunk is at most 1/20 s of the rate, rounded down to `align`.
+/// one chunk is at most [`CHUNK_TIME`] of the rate, rounded down to
+/// `align`.
 pub fn chunk_for_rate(chunk: u64, rate: Option<u64>, align: u64) -> u64 {
     match rate {
-        Some(r) => (r / 20 / align * align).clamp(align, chunk.max(align)),
+        Some(r) => {
+            let of_rate = (u128::from(r) * CHUNK_TIME.as_millis() / 1000) as u64;
+            (of_rate / align * align).clamp(align, chunk.max(align))
+        }
         None => chunk,
     }
 }

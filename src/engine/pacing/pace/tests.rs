@@ -2,6 +2,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
+use crate::engine::pacing::throttle;
 
 mod floor;
 
@@ -187,9 +188,11 @@ fn the_application_makes_it_learn_its_latency_then_share_from_the_floor() {
     r.shares_from_the_floor_up();
     let a = r.pacer.allowance();
     assert_eq!(a.depth, 1);
-    // 10,000 reads a second: 50 of ours at most, each 2 × the rate / 50.
+    // 10,000 reads a second: 50 of ours at most, each 2 × the rate / 50,
+    // and no smaller than the throttle's chunk at the rate.
     let rate = r.rate() as f64;
-    let size = (2.0 * rate / 50.0 / 4096.0).ceil() as u64 * 4096;
+    let for_tail = 2.0 * rate / 50.0;
+    let size = (for_tail.max(rate * REQUEST_TIME) / 4096.0).ceil() as u64 * 4096;
     assert_eq!(a.request, Some(size), "at {rate} B/s");
     r.shows("the application reads on sdz");
     assert_eq!(
@@ -197,6 +200,30 @@ fn the_application_makes_it_learn_its_latency_then_share_from_the_floor() {
         IOPRIO_BE7,
         "the floor is a promise"
     );
+}
+
+/// At any rate the controller picks, its requests are no more than a
+/// fixed rate's: none smaller than the throttle's chunk at that rate, as
+/// busy as the application is (20,000 reads a second would ask for
+/// requests of 84 KiB at the floor; a fixed 4 MiB/s sends 204 KiB).
+#[test]
+fn requests_are_no_more_than_a_fixed_rate_sends() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    let mut engine = SlowDrive::new(100 * MIB);
+    engine.app_reads = 2_000;
+    engine.run(&mut r, LEARN + TICK, 0.04);
+    assert!(r.sharing());
+    for _ in 0..40 {
+        engine.tick(&mut r, 0.04);
+        let a = r.pacer.allowance();
+        let rate = a.rate.unwrap();
+        let chunk = throttle::chunk_for_rate(512 << 10, Some(rate), 4096);
+        let request = a.request.unwrap();
+        assert!(
+            request >= chunk,
+            "{request} B requests at {rate} B/s: a fixed rate sends {chunk} B"
+        );
+    }
 }
 
 /// Each request of ours can make one of the application's reads wait:
@@ -270,7 +297,7 @@ fn a_new_application_is_sized_afresh() {
     engine.app_reads = 2_000;
     engine.run(&mut r, Duration::from_secs(3), 0.04);
     assert!(r.sharing());
-    assert!(r.pacer.allowance().request.unwrap() < 512 << 10);
+    assert!(r.pacer.app_reads_per_s > 10_000.0, "sized for it");
     assert!(r.rate() > 2 * FLOOR, "{} B/s: it grew", r.rate());
     // Gone: the drive is ours.
     engine.app_reads = 0;
@@ -309,7 +336,7 @@ fn the_floor_holds_however_the_application_suffers() {
     r.app_for(Duration::from_secs(10), 1, 4.0);
     assert_eq!(r.rate(), FLOOR);
     assert!(r.sharing());
-    r.shows("10.00× its 0.40 ms alone; refresh at 4.0 MiB/s in 164 KiB requests");
+    r.shows("10.00× its 0.40 ms alone; refresh at 4.0 MiB/s in 208 KiB requests");
     r.shows("(over its 1.1× aim, held at the floor: progress is a promise)");
 }
 
