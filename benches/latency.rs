@@ -20,6 +20,8 @@
 //! tb4, tb8, tb-link, tb-fade, loop-none, loop-mq-deadline, loop-bfq),
 //! `REFRESHD_BENCH_READERS` (qd1, qd8, mmap, bursty),
 //! `REFRESHD_BENCH_LATENCY_SECS` (per run, default 8),
+//! `REFRESHD_BENCH_REPEATS` (runs of each case, default 1: with more,
+//! every ratio is of medians, and each run's p99 is shown),
 //! `REFRESHD_BENCH_LATENCY_MIB` (aged data, default 256). Root needed.
 #![allow(clippy::unwrap_used)]
 
@@ -36,7 +38,7 @@ use std::process::Command;
 
 use beds::{Bed, FILE_MIB};
 use readers::{Latencies, Reader};
-use runs::{run_case, Outcome};
+use runs::{repeat_case, Repeated};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -103,8 +105,16 @@ struct Cell {
     verdict: Verdict,
 }
 
-fn cell(bed: &Bed<'_>, reader: Reader, secs: u64, rates: &[u64]) -> Cell {
-    let (idle, _) = run_case(bed, reader, None, secs);
+/// How long each run is, and how many runs of each case (medians).
+#[derive(Clone, Copy)]
+struct Runs {
+    secs: u64,
+    repeats: usize,
+}
+
+fn cell(bed: &Bed<'_>, reader: Reader, runs: Runs, rates: &[u64]) -> Cell {
+    let case = |extra: Option<&[&str]>| repeat_case(bed, reader, extra, runs.secs, runs.repeats);
+    let idle = case(None).lat;
     println!(
         "\n{} · {}: idle {:.0} IOPS, mean {:.3} ms, p99 {:.3} ms",
         bed.name,
@@ -113,34 +123,39 @@ fn cell(bed: &Bed<'_>, reader: Reader, secs: u64, rates: &[u64]) -> Cell {
         idle.mean_ms,
         idle.p99_ms
     );
-    let show = |name: &str, l: &Latencies, o: &Outcome| {
+    let show = |name: &str, r: &Repeated| {
+        let (l, o) = (&r.lat, r.outcome.unwrap());
+        let spread = if r.each.len() > 1 {
+            let p99s: Vec<String> = r
+                .each
+                .iter()
+                .map(|e| format!("{:.2}", e.p99_ms / idle.p99_ms))
+                .collect();
+            format!("  (p99 of each run: {})", p99s.join(", "))
+        } else {
+            String::new()
+        };
         println!(
-            "  {name:<10} mean {:>5.2}×  p99 {:>5.2}×  refresh {:>6.1} MiB/s while the reader ran{}",
+            "  {name:<10} mean {:>5.2}×  p99 {:>5.2}×  refresh {:>6.1} MiB/s while the reader ran{}{spread}",
             l.mean_ms / idle.mean_ms,
             l.p99_ms / idle.p99_ms,
             o.mib_per_s,
             if within(l, &idle) { "" } else { "  (over 1.2×)" }
         );
     };
-    let (dl, d) = run_case(bed, reader, Some(&["--rate", "50MiB/s"]), secs);
-    let d = d.unwrap();
-    show("default", &dl, &d);
+    let default = case(Some(&["--rate", "50MiB/s"]));
+    show("default", &default);
+    let (dl, d) = (default.lat, default.outcome.unwrap());
     let mut best_fixed = None;
     let mut reachable = false;
     for &r in rates {
         let rate = format!("{r}MiB/s");
-        let (l, o) = run_case(
-            bed,
-            reader,
-            Some(&["--yield", "off", "--rate", &rate]),
-            secs,
-        );
-        let o = o.unwrap();
-        show(&rate, &l, &o);
-        if within(&l, &idle) {
+        let fixed = case(Some(&["--yield", "off", "--rate", &rate]));
+        show(&rate, &fixed);
+        if within(&fixed.lat, &idle) {
             best_fixed = Some(BestFixed {
                 rate: r,
-                measured: o.mib_per_s,
+                measured: fixed.outcome.unwrap().mib_per_s,
             });
             reachable |= r >= FLOOR_MIB;
         }
@@ -198,7 +213,10 @@ fn main() {
         eprintln!("SKIPPED latency benchmark: fio is not installed (apt-get install fio)");
         return;
     }
-    let secs = env_u64("REFRESHD_BENCH_LATENCY_SECS", 8);
+    let runs = Runs {
+        secs: env_u64("REFRESHD_BENCH_LATENCY_SECS", 8),
+        repeats: env_u64("REFRESHD_BENCH_REPEATS", 1).max(1) as usize,
+    };
     let data_mib = env_u64("REFRESHD_BENCH_LATENCY_MIB", 256) / FILE_MIB * FILE_MIB;
     let rates: Vec<u64> = env_list("REFRESHD_BENCH_RATES")
         .iter()
@@ -227,7 +245,7 @@ fn main() {
         let device = beds::device(name, tmp.path(), data_mib);
         let bed = beds::bed(name, &device, data_mib);
         for &reader in &readers {
-            cells.push(cell(&bed, reader, secs, &rates));
+            cells.push(cell(&bed, reader, runs, &rates));
         }
         alones.push((name, alone(&bed, data_mib)));
     }

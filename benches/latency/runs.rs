@@ -12,6 +12,7 @@ use crate::beds::{Bed, MIB};
 use crate::readers::{Latencies, Reader};
 
 /// What the refresh did while the reader ran.
+#[derive(Debug, Clone, Copy)]
 pub struct Outcome {
     pub mib_per_s: f64,
 }
@@ -125,4 +126,51 @@ pub fn time_alone(bed: &Bed<'_>, extra: &[&str]) -> Duration {
     (bed.age)();
     drop_caches();
     Refresh::start(&bed.dir, extra).finish(Duration::ZERO).1
+}
+
+/// A case run `repeats` times: each field the median of its runs (a 5 s
+/// run's p99 on the loop devices moves by a third between runs of the
+/// same setting), and each run's latencies, for their spread.
+pub struct Repeated {
+    pub lat: Latencies,
+    pub outcome: Option<Outcome>,
+    pub each: Vec<Latencies>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub fn repeat_case(
+    bed: &Bed<'_>,
+    reader: Reader,
+    extra: Option<&[&str]>,
+    secs: u64,
+    repeats: usize,
+) -> Repeated {
+    let runs: Vec<_> = (0..repeats.max(1))
+        .map(|_| run_case(bed, reader, extra, secs))
+        .collect();
+    let each: Vec<Latencies> = runs.iter().map(|r| r.0).collect();
+    let of = |f: fn(&Latencies) -> f64| median(each.iter().map(f).collect());
+    let lat = Latencies {
+        iops: of(|l| l.iops),
+        mean_ms: of(|l| l.mean_ms),
+        p99_ms: of(|l| l.p99_ms),
+    };
+    let outcomes: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| r.1)
+        .map(|o| o.mib_per_s)
+        .collect();
+    let outcome = (!outcomes.is_empty()).then(|| Outcome {
+        mib_per_s: median(outcomes),
+    });
+    Repeated { lat, outcome, each }
 }
