@@ -32,7 +32,11 @@
 //! - below 0.92 × the aim: the rate grows by a quarter (a step per half
 //!   second of evidence: a fresh window after each change), no further
 //!   than half again what the refresh reads;
-//! - in between: it holds.
+//! - in between: it holds, or, where the refresh reads the rate it has,
+//!   tries a quarter more, kept if the application's latency rose by
+//!   less than [`DEPTH_COST`] of its latency alone at the next decision
+//!   ([`rate_trial`]: a drive that reads the application a few per cent
+//!   slower beside any I/O of ours held the rate at the floor).
 //!
 //! **The depth.** While the drive is shared, the depth bounds all our
 //! requests at the drive, reads and writes together (a write holds a
@@ -106,6 +110,7 @@ mod control;
 mod device;
 mod floor;
 mod latency;
+mod rate_trial;
 mod shared;
 #[cfg(test)]
 mod tests;
@@ -273,6 +278,10 @@ pub struct Pacer {
     /// More than this depth cost the application (until it is learned
     /// again).
     depth_ceiling: Option<usize>,
+    /// A rate raised in the hold band, on trial ([`rate_trial`]).
+    rate_trial: Option<rate_trial::RateTrial>,
+    /// More rate cost the application (until it is learned again).
+    rate_trials_over: bool,
     /// Reads run best-effort: idle-class reads did not reach the floor.
     raised: bool,
     floor_check: (Duration, u64),
@@ -331,6 +340,8 @@ impl Pacer {
             last_ratio: None,
             depth_trial: None,
             depth_ceiling: None,
+            rate_trial: None,
+            rate_trials_over: false,
             raised: false,
             floor_check: (Duration::ZERO, 0),
             blind: blind::Blind::new(max_depth),

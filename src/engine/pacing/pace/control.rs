@@ -99,6 +99,7 @@ impl Pacer {
         if let Some(t) = self.depth_trial.take() {
             self.depth = t.before;
         }
+        self.forget_rate_trial(true);
         self.show(None);
     }
 
@@ -155,6 +156,7 @@ impl Pacer {
         };
         let ratio = app / alone.max(0.001);
         self.judge_depth_trial(ratio);
+        self.judge_rate_trial(ratio);
         let floor = self.floor() as f64;
         self.count_app_reads(self.reads.reads_per_sec(TICK));
         if ratio > AIM {
@@ -172,6 +174,8 @@ impl Pacer {
             // would then take 30 s to come down).
             let kept_up = (self.reads.own_per_sec(TICK) * 1.5).max(self.rate);
             self.rate = (self.rate * 1.25).min(self.full()).min(kept_up);
+        } else {
+            self.try_more_rate(ratio);
         }
         self.rate = self.rate.max(floor);
         tracing::debug!(
@@ -360,6 +364,7 @@ impl Pacer {
         self.last_ratio = None;
         self.depth_trial = None;
         self.depth_ceiling = None;
+        self.forget_rate_trial(false);
     }
 
     pub(super) fn leave_sharing(&mut self) {
@@ -367,10 +372,10 @@ impl Pacer {
         // Another application (or drive) is sized for afresh, from the
         // floor up.
         self.app_reads_per_s = 0.0;
+        self.forget_depth_trials();
         self.rate = self.floor() as f64;
         self.paused = false;
         self.depth = 1;
-        self.forget_depth_trials();
         self.span = Default::default();
         self.floor_account = Default::default();
         self.status.set(None);

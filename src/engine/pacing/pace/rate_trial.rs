@@ -1,0 +1,83 @@
+//! More rate on trial, where the application's latency sits between the
+//! controller's growth mark and its aim.
+//!
+//! There the law holds: on a drive whose latency answers the rate (the
+//! testbed) that is where the rate is right. But a drive can read the
+//! application a few per cent slower beside any I/O of ours, whatever
+//! its rate: on the loop devices of the latency matrix (two cores, the
+//! loop worker, the reader and the refresh share the CPU) the reader's
+//! mean sat at 1.03–1.04× its latency alone at the 4 MiB/s floor and no
+//! higher at a fixed 16 MiB/s, and the rate held at the floor for
+//! seconds. So in between, a quarter more rate goes on trial, judged at
+//! the next decision as a depth trial is: kept if the application's
+//! latency rose by less than [`DEPTH_COST`] of its latency alone, else
+//! the rate goes back and no more is tried until the latency is learned
+//! again.
+
+use super::{Pacer, DEPTH_COST, TICK};
+
+/// A rate raised in the hold band, on trial until the next decision.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RateTrial {
+    /// The rate before.
+    before: f64,
+    /// The application's latency ratio at it.
+    ratio_before: f64,
+}
+
+impl Pacer {
+    /// Judges a rate on trial against the ratio now: kept, or back to the
+    /// rate before, with no more trials until the latency is learned
+    /// again.
+    pub(super) fn judge_rate_trial(&mut self, ratio: f64) {
+        let Some(t) = self.rate_trial.take() else {
+            return;
+        };
+        if ratio - t.ratio_before > DEPTH_COST {
+            tracing::debug!(
+                ratio,
+                before = t.ratio_before,
+                "more rate cost the application: back to {:.1} MiB/s",
+                t.before / f64::from(1 << 20)
+            );
+            self.rate = t.before;
+            self.rate_trials_over = true;
+        }
+    }
+
+    /// In the hold band: a quarter more rate, on trial. Not while a depth
+    /// is on trial (each is judged by the same window), not where the
+    /// refresh does not read the rate it has (the depth bounds it: more
+    /// rate is no evidence), not past the configured rate, nor past half
+    /// again what it reads. A quarter more than the rate in effect (the
+    /// floor's payback may be above the controller's).
+    pub(super) fn try_more_rate(&mut self, ratio: f64) {
+        let reads = self.reads.own_per_sec(TICK);
+        // The rate in effect: the floor's payback may be above the
+        // controller's.
+        let in_effect = self.sharing_rate();
+        let kept_up = reads >= 0.8 * in_effect;
+        if self.rate_trials_over || self.depth_trial.is_some() || !kept_up {
+            return;
+        }
+        let more = (in_effect * 1.25).min(self.full()).min(reads * 1.5);
+        if more <= self.rate {
+            return;
+        }
+        self.rate_trial = Some(RateTrial {
+            before: self.rate,
+            ratio_before: ratio,
+        });
+        self.rate = more;
+    }
+
+    /// A rate on trial goes back untried (a pause, learning).
+    pub(super) fn forget_rate_trial(&mut self, keep_ceiling: bool) {
+        if let Some(t) = self.rate_trial.take() {
+            self.rate = t.before;
+        }
+        if !keep_ceiling {
+            self.rate_trials_over = false;
+        }
+    }
+}
