@@ -33,10 +33,12 @@
 //!   second of evidence: a fresh window after each change), no further
 //!   than half again what the refresh reads;
 //! - in between: it holds, or, where the refresh reads the rate it has,
-//!   tries a quarter more, kept if the application's latency rose by
-//!   less than [`DEPTH_COST`] of its latency alone at the next decision
-//!   ([`rate_trial`]: a drive that reads the application a few per cent
-//!   slower beside any I/O of ours held the rate at the floor).
+//!   tries a quarter more, kept if at the next decision the
+//!   application's latency rose by no more than [`DEPTH_COST`] of its
+//!   latency alone and stayed within the aim, else back (not cut), with
+//!   no more tried until the latency is learned again ([`rate_trial`]: a
+//!   drive that reads the application a few per cent slower beside any
+//!   I/O of ours held the rate at the floor).
 //!
 //! **The depth.** While the drive is shared, the depth bounds all our
 //! requests at the drive, reads and writes together (a write holds a
@@ -128,9 +130,10 @@ pub const TARGET: f64 = 1.2;
 /// the tail (measured on the testbed, 4 channels, a QD1 reader: a mean
 /// held at 1.18× let the p99 reach 1.33×; at 1.1× it stays within 1.2×).
 const AIM: f64 = 1.1;
-/// One more request of ours in flight is kept only if the application's
-/// latency rises by less than this (a share of its latency alone) at the
-/// next decision. A drive with channels to spare does not notice another
+/// One more request of ours in flight, or a quarter more rate
+/// ([`rate_trial`]), is kept only if the application's latency rises by
+/// no more than this (a share of its latency alone) at the next
+/// decision. A drive with channels to spare does not notice another
 /// request; one whose channels it fills does (on the testbed with two
 /// channels and a reader one 4 KiB read at a time: with a read and a write
 /// of ours in flight, 3 % of the application's reads waited over 1 ms,
@@ -161,13 +164,16 @@ pub const PAUSE_LOOK: Duration = Duration::from_millis(1);
 /// time: the throttle's own chunk at that rate
 /// ([`super::throttle::CHUNK_TIME`], 1/20 s), what a fixed rate sends. At
 /// any rate the controller picks, its requests are then no more than a
-/// fixed rate's, the setting it is judged against. Measured on loop-none
-/// (2 cores, where each request costs the CPU the reader needs) at
-/// 1/100 s, one 5 s run each, requests 64–220 KiB: reads of the reader's
-/// past 1.2× its idle p99 1.10–1.58 % beside the pacer (QD1 ×3, QD8 ×2;
-/// idle: 1 %), p99 1.24–1.38×; at 1/20 s, 0.83–1.19 %, p99 1.12–1.32×;
-/// the mmap reader's p99 1.27–1.37× against 1.06–1.23×; tb4 · QD8 1.26×
-/// against 1.15× (docs/benchmarks.md).
+/// fixed rate's, the setting it is judged against (where the drive takes
+/// less in one request, `max_io` bounds both alike: the drive sees the
+/// same pieces). Measured on loop-none (2 cores, where each request costs
+/// the CPU the reader needs) at 1/100 s, requests of 112–220 KiB (4–8
+/// MiB/s beside ~15,000 reads/s), one 5 s run each: reads of a QD1
+/// reader past 1.2× its idle p99 1.10–1.51 % (3 runs; idle: 1 %), at
+/// 1/20 s 0.83–1.14 % (5 runs); QD8 1.43–1.58 % against 0.99–1.19 %
+/// (2 runs each); the mmap reader's p99 1.27–1.37× against 1.06–1.23×;
+/// tb4 · QD8 1.26× against 1.15×; tb8 · QD8 1.47× both
+/// (docs/benchmarks.md).
 const REQUEST_TIME: f64 = super::throttle::CHUNK_TIME.as_secs_f64();
 /// Our requests (reads and writes) per second while sharing are at most
 /// this share of the application's reads per second: each can make one of

@@ -156,10 +156,12 @@ impl Pacer {
         };
         let ratio = app / alone.max(0.001);
         self.judge_depth_trial(ratio);
-        self.judge_rate_trial(ratio);
+        let went_back = self.judge_rate_trial(ratio);
         let floor = self.floor() as f64;
         self.count_app_reads(self.reads.reads_per_sec(TICK));
-        if ratio > AIM {
+        if went_back {
+            // Back to a rate whose latency was within the aim.
+        } else if ratio > AIM {
             self.rate *= (AIM / ratio).max(0.5);
             // One request in flight, or what the floor needs (kept by
             // `sharing_depth`).
@@ -191,7 +193,8 @@ impl Pacer {
     }
 
     /// The request size while sharing: few enough requests that the
-    /// application's tail does not see them, no larger than that needs.
+    /// application's tail does not see them, and no more than a fixed
+    /// rate sends.
     ///
     /// A read of the application that comes while one of our requests
     /// holds its channel waits for it: one wait per request of ours,
@@ -309,7 +312,8 @@ impl Pacer {
     /// One more request in flight, judged at the next decision (a window
     /// of the application's reads at the new depth) against the last
     /// one. Not without a last decision to judge against, not while
-    /// another is on trial, not past a depth that already cost.
+    /// another (or more rate) is on trial, not past a depth that already
+    /// cost.
     ///
     /// One more than the controller's depth or the floor's, whichever is
     /// more, not than the depth that pays back what is owed: that one
@@ -324,7 +328,8 @@ impl Pacer {
         let Some(ratio_before) = self.last_ratio else {
             return;
         };
-        if next <= self.sharing_depth() || capped || self.depth_trial.is_some() {
+        let pending = self.depth_trial.is_some() || self.rate_trial.is_some();
+        if next <= self.sharing_depth() || capped || pending {
             return;
         }
         self.depth_trial = Some(DepthTrial {

@@ -10,11 +10,12 @@
 //! higher at a fixed 16 MiB/s, and the rate held at the floor for
 //! seconds. So in between, a quarter more rate goes on trial, judged at
 //! the next decision as a depth trial is: kept if the application's
-//! latency rose by less than [`DEPTH_COST`] of its latency alone, else
-//! the rate goes back and no more is tried until the latency is learned
-//! again.
+//! latency rose by no more than [`DEPTH_COST`] of its latency alone and
+//! stayed within the aim, else the rate goes back (not cut further: the
+//! latency measured was the trial's) and no more is tried until the
+//! latency is learned again.
 
-use super::{Pacer, DEPTH_COST, TICK};
+use super::{Pacer, AIM, DEPTH_COST, TICK};
 
 /// A rate raised in the hold band, on trial until the next decision.
 #[derive(Debug, Clone, Copy)]
@@ -27,13 +28,17 @@ pub(super) struct RateTrial {
 
 impl Pacer {
     /// Judges a rate on trial against the ratio now: kept, or back to the
-    /// rate before, with no more trials until the latency is learned
-    /// again.
-    pub(super) fn judge_rate_trial(&mut self, ratio: f64) {
+    /// rate before (its latency was within the aim) if the latency rose
+    /// by more than [`DEPTH_COST`] of its latency alone or passed the
+    /// aim, with no more trials until the latency is learned again.
+    /// Returns whether it went back: the ratio now is the trial's, not
+    /// the rate's it went back to, and no cut follows.
+    pub(super) fn judge_rate_trial(&mut self, ratio: f64) -> bool {
         let Some(t) = self.rate_trial.take() else {
-            return;
+            return false;
         };
-        if ratio - t.ratio_before > DEPTH_COST {
+        let cost = ratio - t.ratio_before > DEPTH_COST || ratio > AIM;
+        if cost {
             tracing::debug!(
                 ratio,
                 before = t.ratio_before,
@@ -43,10 +48,12 @@ impl Pacer {
             self.rate = t.before;
             self.rate_trials_over = true;
         }
+        cost
     }
 
-    /// In the hold band: a quarter more rate, on trial. Not while a depth
-    /// is on trial (each is judged by the same window), not where the
+    /// In the hold band: a quarter more rate, on trial (a depth trial
+    /// does not start while it is: each would be judged by the same
+    /// window; one pending here was judged just before). Not where the
     /// refresh does not read the rate it has (the depth bounds it: more
     /// rate is no evidence), not past the configured rate, nor past half
     /// again what it reads. A quarter more than the rate in effect (the

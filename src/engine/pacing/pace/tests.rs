@@ -939,3 +939,30 @@ fn more_rate_that_costs_the_application_goes_back() {
     assert_eq!(*rates.last().unwrap(), floor);
     assert!(r.pacer.rate_trials_over);
 }
+
+/// A trial whose latency passes the aim goes back to the rate it left,
+/// whose latency was within it, and is not cut below it: the latency
+/// measured was the trial's (here 1.08× up to 11 MiB/s, 1.12× past it: a
+/// rise within the cost, over the aim).
+#[test]
+fn a_trial_past_the_aim_goes_back_to_the_rate_it_left() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    let mib = MIB as f64;
+    let rates = share_with_ratio(&mut r, Duration::from_secs(12), |rate| {
+        if rate < 8.0 * mib {
+            1.0
+        } else if rate <= 11.0 * mib {
+            1.08
+        } else {
+            1.12
+        }
+    });
+    let known_good = rates
+        .iter()
+        .copied()
+        .filter(|&x| x <= 11.0 * mib)
+        .fold(0.0, f64::max);
+    assert!(rates.iter().any(|&x| x > 11.0 * mib), "tried: {rates:?}");
+    assert!(r.pacer.rate_trials_over);
+    assert_eq!(*rates.last().unwrap(), known_good, "{rates:?}");
+}
