@@ -105,7 +105,7 @@ use std::time::Duration;
 
 pub use crate::engine::types::PaceSettings;
 pub use crate::engine::types::DEFAULT_FLOOR;
-use crate::engine::types::{IoPriority, YieldMode};
+use crate::engine::types::{IoPriority, YieldMode, CHUNK_TIME};
 
 mod blind;
 mod control;
@@ -162,7 +162,7 @@ pub const PAUSE_GAPS: u32 = 10;
 pub const PAUSE_LOOK: Duration = Duration::from_millis(1);
 /// A request while sharing the drive is at least this much of the rate's
 /// time: the throttle's own chunk at that rate
-/// ([`super::throttle::CHUNK_TIME`], 1/20 s), what a fixed rate sends. At
+/// ([`CHUNK_TIME`], 1/20 s), what a fixed rate sends. At
 /// any rate the controller picks, its requests are then no more than a
 /// fixed rate's, the setting it is judged against (where the drive takes
 /// less in one request, `max_io` bounds both alike: the drive sees the
@@ -174,7 +174,7 @@ pub const PAUSE_LOOK: Duration = Duration::from_millis(1);
 /// (2 runs each); the mmap reader's p99 1.27–1.37× against 1.06–1.23×;
 /// tb4 · QD8 1.26× against 1.15×; tb8 · QD8 1.47× both
 /// (docs/benchmarks.md).
-const REQUEST_TIME: f64 = super::throttle::CHUNK_TIME.as_secs_f64();
+const REQUEST_TIME: f64 = CHUNK_TIME.as_secs_f64();
 /// Our requests (reads and writes) per second while sharing are at most
 /// this share of the application's reads per second: each can make one of
 /// its reads wait, and its p99 goes over as soon as more than 1 % of them
@@ -239,6 +239,16 @@ struct DepthTrial {
     ratio_before: f64,
 }
 
+/// A rate raised in the hold band, on trial until the next decision
+/// (see [`rate_trial`]).
+#[derive(Debug, Clone, Copy)]
+struct RateTrial {
+    /// The rate before.
+    before: f64,
+    /// The application's latency ratio at it.
+    ratio_before: f64,
+}
+
 /// The controller. Time is passed in, so it is tested without sleeping.
 pub struct Pacer {
     cfg: PaceSettings,
@@ -285,7 +295,7 @@ pub struct Pacer {
     /// again).
     depth_ceiling: Option<usize>,
     /// A rate raised in the hold band, on trial ([`rate_trial`]).
-    rate_trial: Option<rate_trial::RateTrial>,
+    rate_trial: Option<RateTrial>,
     /// More rate cost the application (until it is learned again).
     rate_trials_over: bool,
     /// Reads run best-effort: idle-class reads did not reach the floor.

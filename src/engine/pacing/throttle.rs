@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::pacing::pace::{Allowance, Pacer};
 use crate::engine::safety::watch::{StopReason, Watch, POLL};
+use crate::engine::types::CHUNK_TIME;
 
 /// A byte-rate limiter. Time is passed in (`now` since any fixed epoch) so
 /// the arithmetic is tested without sleeping.
@@ -254,9 +255,6 @@ impl Throttle {
         }
     }
 }
-
-/// One chunk is at most this much of the rate's time.
-pub const CHUNK_TIME: Duration = Duration::from_millis(50);
 
 /// The largest chunk that keeps the throttle within ±0.5 % over 10 s:
 /// one chunk is at most [`CHUNK_TIME`] of the rate, rounded down to

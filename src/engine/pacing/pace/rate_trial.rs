@@ -15,16 +15,7 @@
 //! latency measured was the trial's) and no more is tried until the
 //! latency is learned again.
 
-use super::{Pacer, AIM, DEPTH_COST, TICK};
-
-/// A rate raised in the hold band, on trial until the next decision.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct RateTrial {
-    /// The rate before.
-    before: f64,
-    /// The application's latency ratio at it.
-    ratio_before: f64,
-}
+use super::{Pacer, RateTrial, AIM, DEPTH_COST, TICK};
 
 impl Pacer {
     /// Judges a rate on trial against the ratio now: kept, or back to the

@@ -2,7 +2,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
-use crate::engine::pacing::throttle;
 
 mod floor;
 
@@ -217,7 +216,9 @@ fn requests_are_no_more_than_a_fixed_rate_sends() {
         engine.tick(&mut r, 0.04);
         let a = r.pacer.allowance();
         let rate = a.rate.unwrap();
-        let chunk = throttle::chunk_for_rate(512 << 10, Some(rate), 4096);
+        // The throttle's chunk at the rate (`throttle::chunk_for_rate`),
+        // within the drive's 512 KiB.
+        let chunk = ((rate as f64 * CHUNK_TIME.as_secs_f64()) as u64 / 4096 * 4096).min(512 << 10);
         let request = a.request.unwrap();
         assert!(
             request >= chunk,
