@@ -167,15 +167,7 @@ impl Pacer {
             // `sharing_depth`).
             self.depth = 1;
         } else if ratio < AIM * 0.92 {
-            // No further than half again what the refresh reads (room for
-            // a depth trial to find more: it starts below 0.8 of the
-            // rate): a rate it does not read is no evidence the
-            // application would not notice it, and with no configured
-            // rate it grew without bound (past 2^64 bytes/s in 70 s of an
-            // unhurt application; cut at most by half a decision, it
-            // would then take 30 s to come down).
-            let kept_up = (self.reads.own_per_sec(TICK) * 1.5).max(self.rate);
-            self.rate = (self.rate * 1.25).min(self.full()).min(kept_up);
+            self.rate = self.quarter_more(self.rate).max(self.rate).min(self.full());
         } else {
             self.try_more_rate(ratio);
         }
@@ -190,6 +182,19 @@ impl Pacer {
         );
         self.reads.restart();
         self.show(Some((app, alone)));
+    }
+
+    /// A quarter more than `from`: within the configured rate, and no
+    /// further than half again what the refresh reads (room for a depth
+    /// trial to find more: it starts below 0.8 of the rate). A rate it
+    /// does not read is no evidence the application would not notice it,
+    /// and with no configured rate it grew without bound (past 2^64
+    /// bytes/s in 70 s of an unhurt application; cut at most by half a
+    /// decision, it would then take 30 s to come down). Both growth and
+    /// a rate on trial ([`super::rate_trial`]) take this.
+    pub(super) fn quarter_more(&self, from: f64) -> f64 {
+        let reads = self.reads.own_per_sec(TICK);
+        (from * 1.25).min(reads * 1.5).min(self.full())
     }
 
     /// The request size while sharing: few enough requests that the

@@ -15,7 +15,7 @@
 //! latency measured was the trial's) and no more is tried until the
 //! latency is learned again.
 
-use super::{Pacer, RateTrial, AIM, DEPTH_COST, TICK};
+use super::{Pacer, RateTrial, AIM, DEPTH_COST};
 
 impl Pacer {
     /// Judges a rate on trial against the ratio now: kept, or back to the
@@ -44,21 +44,14 @@ impl Pacer {
 
     /// In the hold band: a quarter more rate, on trial (a depth trial
     /// does not start while it is: each would be judged by the same
-    /// window; one pending here was judged just before). Not where the
-    /// refresh does not read the rate it has (the depth bounds it: more
-    /// rate is no evidence), not past the configured rate, nor past half
-    /// again what it reads. A quarter more than the rate in effect (the
-    /// floor's payback may be above the controller's).
+    /// window; one pending here was judged just before). A quarter more
+    /// than the rate in effect (the floor's payback may be above the
+    /// controller's), within what growth may take ([`Pacer::quarter_more`]).
     pub(super) fn try_more_rate(&mut self, ratio: f64) {
-        let reads = self.reads.own_per_sec(TICK);
-        // The rate in effect: the floor's payback may be above the
-        // controller's.
-        let in_effect = self.sharing_rate();
-        let kept_up = reads >= 0.8 * in_effect;
-        if self.rate_trials_over || self.depth_trial.is_some() || !kept_up {
+        if self.rate_trials_over {
             return;
         }
-        let more = (in_effect * 1.25).min(self.full()).min(reads * 1.5);
+        let more = self.quarter_more(self.sharing_rate());
         if more <= self.rate {
             return;
         }

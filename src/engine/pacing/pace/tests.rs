@@ -4,6 +4,7 @@ use std::time::Duration;
 use super::*;
 
 mod floor;
+mod rate_trial;
 
 /// A drive whose counters the test moves (and its reads in flight, and
 /// how often they were looked at).
@@ -886,84 +887,4 @@ impl SlowDrive {
         }
         self.read - before
     }
-}
-
-/// A drive that reads the application a few per cent slower beside any
-/// I/O of ours, at any rate: the latency `ratio(rate)` gives while
-/// sharing (its latency alone while learning), for `d`; the rates seen.
-fn share_with_ratio(r: &mut Rig, d: Duration, ratio: impl Fn(f64) -> f64) -> Vec<f64> {
-    let mut engine = SlowDrive::new(100 * MIB);
-    let mut rates = vec![];
-    let end = r.now + d;
-    while r.now < end {
-        let rate = r.pacer.allowance().rate.unwrap_or(0) as f64;
-        let app_ms = match r.pacer.phase {
-            Phase::Sharing => 0.4 * ratio(rate),
-            _ => 0.4,
-        };
-        engine.tick(r, app_ms);
-        if r.sharing() {
-            rates.push(r.pacer.rate);
-        }
-    }
-    rates
-}
-
-/// Between the growth mark and the aim, more rate goes on trial: where
-/// the application's latency does not answer it (1.05× at any rate), the
-/// rate grows from the floor (it held there for good before: the loop
-/// devices of the latency matrix).
-#[test]
-fn a_latency_that_does_not_answer_the_rate_does_not_hold_it_at_the_floor() {
-    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
-    let rates = share_with_ratio(&mut r, Duration::from_secs(8), |_| 1.05);
-    let last = *rates.last().unwrap();
-    assert!(
-        last > 4.0 * FLOOR as f64,
-        "held near the floor: {last} B/s {rates:?}"
-    );
-}
-
-/// And where it does (each quarter more rate costs 7.5 % of its latency
-/// alone), the trial goes back and no more is tried until the latency
-/// is learned again.
-#[test]
-fn more_rate_that_costs_the_application_goes_back() {
-    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
-    let floor = FLOOR as f64;
-    let rates = share_with_ratio(&mut r, Duration::from_secs(10), |rate| {
-        1.02 + 0.3 * (rate / floor - 1.0)
-    });
-    let above = rates.iter().filter(|&&x| x > floor * 1.01).count();
-    assert!(above > 0, "tried: {rates:?}");
-    assert!(above <= 6, "one trial, half a second: {rates:?}");
-    assert_eq!(*rates.last().unwrap(), floor);
-    assert!(r.pacer.rate_trials_over);
-}
-
-/// A trial whose latency passes the aim goes back to the rate it left,
-/// whose latency was within it, and is not cut below it: the latency
-/// measured was the trial's (here 1.08× up to 11 MiB/s, 1.12× past it: a
-/// rise within the cost, over the aim).
-#[test]
-fn a_trial_past_the_aim_goes_back_to_the_rate_it_left() {
-    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
-    let mib = MIB as f64;
-    let rates = share_with_ratio(&mut r, Duration::from_secs(12), |rate| {
-        if rate < 8.0 * mib {
-            1.0
-        } else if rate <= 11.0 * mib {
-            1.08
-        } else {
-            1.12
-        }
-    });
-    let known_good = rates
-        .iter()
-        .copied()
-        .filter(|&x| x <= 11.0 * mib)
-        .fold(0.0, f64::max);
-    assert!(rates.iter().any(|&x| x > 11.0 * mib), "tried: {rates:?}");
-    assert!(r.pacer.rate_trials_over);
-    assert_eq!(*rates.last().unwrap(), known_good, "{rates:?}");
 }
