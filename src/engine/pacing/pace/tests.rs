@@ -123,7 +123,7 @@ impl Rig {
     }
 
     /// Just learned: the rate is the floor, and the silence of learning
-    /// (and the tick before it) paid back over the next two seconds.
+    /// (and the tick before it) paid back within the next two seconds.
     fn shares_from_the_floor_up(&self) {
         let owed = self.pacer.floor_account.owed();
         let learning = FLOOR as f64 * (LEARN + 2 * TICK).as_secs_f64();

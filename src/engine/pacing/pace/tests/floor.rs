@@ -9,26 +9,27 @@ fn mib_per_s(bytes: u64, d: Duration) -> f64 {
 }
 
 /// An application that suffers whatever the refresh does (10× its
-/// latency alone): the refresh reads the floor, counted from the
-/// application's first read, learning's silence included.
+/// latency alone): the refresh reads the floor, counted from the tick it
+/// saw the application in, learning's silence included, over 5 s (the
+/// latency matrix's runs).
 #[test]
 fn the_time_spent_learning_is_made_up() {
-    let d = Duration::from_secs(10);
+    let d = Duration::from_secs(5);
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
     let mut drive = SlowDrive::new(100 * MIB);
     // The first tick the application reads: learning starts.
     drive.tick(&mut r, 0.4);
     assert!(matches!(r.pacer.phase, Phase::Learning { .. }));
-    let start = r.now - TICK;
+    let start = r.now;
     let learning = drive.run(&mut r, LEARN, 0.4);
     assert_eq!(learning, 0, "silent while learning");
     let sharing = drive.run(&mut r, TICK, 4.0);
     r.shows("MiB behind its 4.0 MiB/s floor, making it up");
-    let sharing = sharing + drive.run(&mut r, d - LEARN - 2 * TICK, 4.0);
+    let sharing = sharing + drive.run(&mut r, d - LEARN - TICK, 4.0);
     let got = mib_per_s(learning + sharing, r.now - start);
     assert!(
-        got >= FLOOR as f64 / MIB as f64 * 0.98,
-        "{got:.2} MiB/s over {:?} from the application's first read: under the floor",
+        got >= FLOOR as f64 / MIB as f64,
+        "{got:.3} MiB/s over {:?} from learning's start: under the floor",
         r.now - start
     );
     // Made up, not run ahead of: the floor is not a rate to exceed.
@@ -82,13 +83,13 @@ fn what_is_owed_is_paid_back_on_a_drive_the_depth_bounds() {
     let mut drive = SlowDrive::new(105 * MIB / 100);
     // Learned at 1 ms a read, then over the aim all along.
     drive.tick(&mut r, 1.0);
-    let start = r.now - TICK;
+    let start = r.now;
     let got = drive.run(&mut r, LEARN, 1.0);
-    let got = got + drive.run(&mut r, Duration::from_secs(10) - LEARN - TICK, 1.4);
+    let got = got + drive.run(&mut r, Duration::from_secs(10) - LEARN, 1.4);
     let got = mib_per_s(got, r.now - start);
     assert!(
-        got >= FLOOR as f64 / MIB as f64 * 0.98,
-        "{got:.2} MiB/s from the application's first read, depth {}, {:.1} MiB owed",
+        got >= FLOOR as f64 / MIB as f64,
+        "{got:.3} MiB/s from learning's start, depth {}, {:.1} MiB owed",
         r.pacer.allowance().depth,
         r.pacer.floor_account.owed() / MIB as f64
     );
@@ -138,7 +139,7 @@ fn a_costly_trial_goes_back_to_what_the_floor_keeps() {
 fn reads_the_floor(r: &mut Rig, drive: &mut SlowDrive, d: Duration, app_ms: f64) {
     let got = mib_per_s(drive.run(r, d, app_ms), d);
     assert!(
-        got >= FLOOR as f64 / MIB as f64 * 0.98,
+        got >= FLOOR as f64 / MIB as f64,
         "{got:.2} MiB/s at depth {}: under the floor",
         r.pacer.allowance().depth
     );
