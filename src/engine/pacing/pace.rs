@@ -32,13 +32,14 @@
 //! - below 0.92 × the aim: the rate grows by a quarter (a step per half
 //!   second of evidence: a fresh window after each change), no further
 //!   than half again what the refresh reads;
-//! - in between: it holds, or tries a quarter more (as far as growth
-//!   may go: half again what the refresh reads), kept if at the next
-//!   decision the application's latency rose by no more than
-//!   [`DEPTH_COST`] of its latency alone and stayed within the aim, else
-//!   back (not cut), with no more tried until the latency is learned
-//!   again ([`rate_trial`]: a drive that reads the application a few per
-//!   cent slower beside any I/O of ours held the rate at the floor).
+//! - in between: it holds, or tries a quarter more than the rate in
+//!   effect (where growth may go that far: half again what the refresh
+//!   reads), kept if at the next decision the application's latency
+//!   rose by no more than [`DEPTH_COST`] of its latency alone and stayed
+//!   within the aim, else back (not cut), with no more tried until the
+//!   latency is learned again ([`rate_trial`]: a drive that reads the
+//!   application a few per cent slower beside any I/O of ours held the
+//!   rate at the floor).
 //!
 //! **The depth.** While the drive is shared, the depth bounds all our
 //! requests at the drive, reads and writes together (a write holds a

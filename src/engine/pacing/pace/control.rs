@@ -322,7 +322,8 @@ impl Pacer {
     ///
     /// One more than the controller's depth or the floor's, whichever is
     /// more, not than the depth that pays back what is owed: that one
-    /// shrinks with the debt, and a trial built on it would keep it.
+    /// goes back when the debt is paid, and a trial built on it would
+    /// keep it.
     fn try_more_depth(&mut self, now: Duration) {
         let floor = self.floor() as f64;
         let depth = self
@@ -393,14 +394,19 @@ impl Pacer {
 
     /// For the operator: how far behind its floor the refresh is, when
     /// it makes up for it (learning's silence, a depth found short).
+    /// (The last tenth of a MiB is paid at the rate the debt set: the
+    /// rate above the floor is still explained.)
     fn behind_the_floor(&self) -> String {
         let mib = f64::from(1 << 20);
         let behind = self.floor_account.owed() / mib;
-        if behind < 0.1 {
-            return String::new();
-        }
         let floor = self.floor() as f64 / mib;
-        format!("; {behind:.1} MiB behind its {floor:.1} MiB/s floor, making it up")
+        if behind >= 0.1 {
+            format!("; {behind:.1} MiB behind its {floor:.1} MiB/s floor, making it up")
+        } else if self.floor_now() / mib > floor * 1.05 {
+            format!("; making up the last of what it fell behind its {floor:.1} MiB/s floor")
+        } else {
+            String::new()
+        }
     }
 
     /// What the operator sees while the drive is shared.

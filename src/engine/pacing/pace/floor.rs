@@ -9,17 +9,20 @@
 //! floor since the application appeared are owed, and paid back within
 //! [`PAYBACK`] on top of the floor; and the depth the floor needs is
 //! found from what one request in flight reads, kept while the
-//! controller cuts the rest, and raised in proportion while what is owed
-//! is paid back (on a drive the depth bounds nothing else pays it).
+//! controller cuts the rest, and raised in proportion to the promise
+//! while what is owed is paid back (on a drive the depth bounds nothing
+//! else pays it).
 
 use std::time::Duration;
 
-/// What is owed is paid back within this long, on top of the floor: at
-/// the most owed over this long, until all is paid. Paid in proportion
-/// to what is still owed (the installment shrinking with the debt) it
-/// was never all paid: the learning's 0.6 s of silence left 0.3 MiB owed
-/// after 5 s, and the refresh read 3.90 MiB/s of a 4 MiB/s floor over
-/// them (unit test; the latency matrix measured 3.9 in three cells).
+/// What is owed is paid back within this long, on top of the floor: the
+/// most owed since the account was last square, over this long, until
+/// all is paid (where the promise is read: on a drive the depth bounds,
+/// the floor's depth is raised for it). Paid in proportion to what was
+/// still owed (the installment shrinking with the debt) it was never all
+/// paid: over 5 s from learning's start the refresh read 3.978 MiB/s of
+/// a 4 MiB/s floor (unit test; three cells of the latency matrix read
+/// 3.9, a cause inferred, not shown).
 const PAYBACK: Duration = Duration::from_secs(2);
 /// At most this much of the floor is owed (a refresh held back longer,
 /// by a stall of the drive or of its own, is not made up in a burst
@@ -74,8 +77,8 @@ impl FloorAccount {
     /// and a QD8 reader a jump from one to five, unbounded, put the reader
     /// at 2–2.8× its latency alone), at most `max`. Measured against the
     /// promise over the span (the floor and what was owed), kept for the
-    /// floor alone, unrounded: the depth that pays back shrinks with what
-    /// is owed, and is back to what the floor needs when it is paid (a
+    /// floor alone, unrounded: the depth that pays back is sized for the
+    /// promise, and is back to what the floor needs when it is paid (a
     /// step rounded up to the promise's and kept for the floor kept a
     /// third request where two read the floor; unit test).
     pub fn short(&mut self, depth: usize, span: &Span, floor: f64, max: usize) {
@@ -197,11 +200,11 @@ mod tests {
         // Learning's silence and the ticks around it: 2.4 MiB owed.
         a.account(floor, Duration::from_millis(600), 0);
         let mut t = Duration::ZERO;
-        while a.owed() > 0.0 {
-            assert!(t <= PAYBACK, "{:.2} MiB owed after {t:?}", a.owed() / MIB);
-            a.account(floor, tick, (a.rate(floor) * 0.1) as u64);
+        while a.owed() > 0.0 && t < 2 * PAYBACK {
+            a.account(floor, tick, (a.rate(floor) * 0.1).ceil() as u64);
             t += tick;
         }
+        assert!(t <= PAYBACK, "{:.2} MiB owed after {t:?}", a.owed() / MIB);
         assert_eq!(a.rate(floor), floor, "square: the floor alone");
     }
 

@@ -46,13 +46,19 @@ impl Pacer {
     /// does not start while it is: each would be judged by the same
     /// window; one pending here was judged just before). A quarter more
     /// than the rate in effect (the floor's payback may be above the
-    /// controller's), within what growth may take ([`Pacer::quarter_more`]).
+    /// controller's), within what growth may take ([`Pacer::quarter_more`]),
+    /// and only if that is more than the rate in effect: a trial that
+    /// lets nothing more through is kept for nothing changing, and the
+    /// rate it kept would run untried once the payback ends (and where
+    /// the depth bounds the reads, under two thirds of the rate in
+    /// effect, it would hold a depth trial back a decision).
     pub(super) fn try_more_rate(&mut self, ratio: f64) {
         if self.rate_trials_over {
             return;
         }
-        let more = self.quarter_more(self.sharing_rate());
-        if more <= self.rate {
+        let in_effect = self.sharing_rate();
+        let more = self.quarter_more(in_effect);
+        if more <= in_effect {
             return;
         }
         self.rate_trial = Some(RateTrial {

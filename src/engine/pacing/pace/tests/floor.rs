@@ -179,3 +179,34 @@ fn far_short_of_the_floor_the_depth_grows_in_half_a_second() {
         r.pacer.allowance().depth
     );
 }
+
+/// While what is owed lifts the rate above the floor, `refreshctl status`
+/// says so, to the last of it (paid at the installment the debt set, the
+/// rate stays up after less than a tenth of a MiB is owed).
+#[test]
+fn the_status_says_why_the_rate_is_above_the_floor_until_it_is_square() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    let mut drive = SlowDrive::new(100 * MIB);
+    drive.tick(&mut r, 0.4);
+    drive.run(&mut r, LEARN + TICK, 0.4);
+    assert!(r.sharing());
+    let mut last_of_it = 0;
+    for _ in 0..40 {
+        // Over the aim: the controller holds the floor.
+        drive.tick(&mut r, 4.0);
+        if r.pacer.decided != r.now {
+            continue;
+        }
+        let reason = r.pacer.status().yielding().unwrap().reason;
+        if r.rate() as f64 > FLOOR as f64 * 1.05 {
+            assert!(
+                reason.contains("floor, making it up") || reason.contains("making up the last of"),
+                "{reason}"
+            );
+        } else {
+            assert!(!reason.contains("making"), "{reason}");
+        }
+        last_of_it += u32::from(reason.contains("making up the last of"));
+    }
+    assert!(last_of_it > 0, "the last of it was never shown");
+}

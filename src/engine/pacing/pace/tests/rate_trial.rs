@@ -185,3 +185,33 @@ fn learning_again_lets_more_rate_be_tried_again() {
     assert!(tried > 0, "tried again: {rates:?}");
     assert!(r.pacer.rate_trials_over, "and it cost again");
 }
+
+/// A trial lets more through than the rate in effect, or does not start.
+/// Paying back 2 s of the floor (the promise at 8 MiB/s, the controller's
+/// rate at 4) on a drive that reads 5 MiB/s: a quarter more of the rate
+/// in effect is past half again what is read, and a trial at 7.5 MiB/s
+/// would change nothing, be kept for it, and run untried at 7.5 once the
+/// payback ends.
+#[test]
+fn a_trial_that_lets_nothing_more_through_does_not_start() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    r.pacer.max_depth = 1;
+    r.pacer
+        .floor_account
+        .account(FLOOR as f64, Duration::from_secs(2), 0);
+    let mut engine = SlowDrive::new(5 * MIB);
+    let end = r.now + Duration::from_secs(4);
+    while r.now < end {
+        let before = r.rate();
+        let was_on_trial = r.pacer.rate_trial.is_some();
+        engine.tick(&mut r, 0.4 * 1.05);
+        if r.pacer.rate_trial.is_some() && !was_on_trial {
+            assert!(
+                r.rate() > before,
+                "a trial at {:?} let through {before}",
+                r.pacer
+            );
+        }
+    }
+    assert!(r.pacer.floor_account.owed() > 0.0, "still paying back");
+}
