@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use super::{
-    latency, DepthTrial, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, LEARN, MAX_REQUEST,
-    MIN_REQUEST, PAUSE, PAUSE_GAPS, QUIET, RELEARN, REQUEST_TIME, TAIL_SHARE, TICK,
+    latency, DepthTrial, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, GROWTH, GROWTH_UNNOTICED,
+    LEARN, MAX_REQUEST, MIN_REQUEST, PAUSE, PAUSE_GAPS, QUIET, RELEARN, REQUEST_TIME, TAIL_SHARE,
+    TICK,
 };
 use crate::io::account::OwnDone;
 
@@ -96,6 +97,7 @@ impl Pacer {
         self.reads.restart();
         self.decided = now;
         self.last_ratio = None;
+        self.grew = false;
         if let Some(t) = self.depth_trial.take() {
             self.depth = t.before;
         }
@@ -167,10 +169,12 @@ impl Pacer {
             // `sharing_depth`).
             self.depth = 1;
         } else if ratio < AIM * 0.92 {
-            self.rate = self.quarter_more(self.rate).max(self.rate).min(self.full());
+            let step = if self.grew { GROWTH_UNNOTICED } else { GROWTH };
+            self.rate = self.grown(self.rate, step).max(self.rate).min(self.full());
         } else {
             self.try_more_rate(ratio);
         }
+        self.grew = !went_back && ratio < AIM * 0.92;
         self.rate = self.rate.max(floor);
         tracing::debug!(
             app_ms = app,
@@ -184,7 +188,7 @@ impl Pacer {
         self.show(Some((app, alone)));
     }
 
-    /// A quarter more than `from`: within the configured rate, and no
+    /// `from` grown by `step`: within the configured rate, and no
     /// further than half again what the refresh reads (room for a depth
     /// trial to find more: it starts below 0.8 of the rate). A rate it
     /// does not read is no evidence the application would not notice it,
@@ -192,9 +196,9 @@ impl Pacer {
     /// bytes/s in 70 s of an unhurt application; cut at most by half a
     /// decision, it would then take 30 s to come down). Both growth and
     /// a rate on trial ([`super::rate_trial`]) take this.
-    pub(super) fn quarter_more(&self, from: f64) -> f64 {
+    pub(super) fn grown(&self, from: f64, step: f64) -> f64 {
         let reads = self.reads.own_per_sec(TICK);
-        (from * 1.25).min(reads * 1.5).min(self.full())
+        (from * step).min(reads * 1.5).min(self.full())
     }
 
     /// The request size while sharing: few enough requests that the
@@ -373,6 +377,7 @@ impl Pacer {
 
     fn forget_depth_trials(&mut self) {
         self.last_ratio = None;
+        self.grew = false;
         self.depth_trial = None;
         self.depth_ceiling = None;
         self.forget_rate_trial(false);

@@ -15,7 +15,7 @@
 //! latency measured was the trial's) and no more is tried until the
 //! latency is learned again.
 
-use super::{Pacer, RateTrial, AIM, DEPTH_COST};
+use super::{Pacer, RateTrial, AIM, DEPTH_COST, GROWTH};
 
 impl Pacer {
     /// Judges a rate on trial against the ratio now: kept, or back to the
@@ -46,7 +46,7 @@ impl Pacer {
     /// does not start while it is: each would be judged by the same
     /// window; one pending here was judged just before). A quarter more
     /// than the rate in effect (the floor's payback may be above the
-    /// controller's), within what growth may take ([`Pacer::quarter_more`]),
+    /// controller's), within what growth may take ([`Pacer::grown`]),
     /// and only if that is more than the rate in effect: a trial that
     /// lets nothing more through is kept for nothing changing, and the
     /// rate it kept would run untried once the payback ends (and where
@@ -57,7 +57,7 @@ impl Pacer {
             return;
         }
         let in_effect = self.sharing_rate();
-        let more = self.quarter_more(in_effect);
+        let more = self.grown(in_effect, GROWTH);
         if more <= in_effect {
             return;
         }

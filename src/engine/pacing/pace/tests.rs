@@ -332,6 +332,29 @@ fn the_rate_grows_while_the_application_keeps_its_latency_and_is_cut_when_it_doe
     assert_eq!(r.rate(), 6 * MIB);
 }
 
+/// Growth the application does not notice speeds up: half again a step
+/// after the first quarter (the refresh reads all it is let: 100 MiB/s).
+/// A quarter each step would be 9.8 MiB/s after four; and back to a
+/// quarter once it notices.
+#[test]
+fn growth_the_application_does_not_notice_speeds_up() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let mut engine = SlowDrive::new(100 * MIB);
+    engine.run(&mut r, DECIDE * 4, 0.4);
+    let mib = MIB as f64;
+    assert!(r.pacer.rate >= 16.0 * mib, "{} MiB/s", r.pacer.rate / mib);
+    // Noticed (1.05×, the hold band): the next step is a trial's quarter.
+    engine.run(&mut r, DECIDE, 0.42);
+    assert!(!r.pacer.grew);
+    let held = r.pacer.rate_trial.map_or(r.pacer.rate, |t| t.before);
+    engine.run(&mut r, DECIDE, 0.4);
+    assert!(
+        r.pacer.rate <= held * 1.25 * 1.25 + 1.0,
+        "{held} -> {}",
+        r.pacer.rate
+    );
+}
+
 #[test]
 fn the_floor_holds_however_the_application_suffers() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
