@@ -30,9 +30,10 @@
 //!   ratio` (at most halved), and one request in flight (or as many as
 //!   the floor needs, [`floor`]);
 //! - below 0.92 × the aim: the rate grows by a quarter (a step per half
-//!   second of evidence: a fresh window after each change), by half while
-//!   the application did not notice the step before, no further than
-//!   half again what the refresh reads;
+//!   second of evidence: a fresh window after each change), by half from
+//!   the floor until the application first notices
+//!   ([`GROWTH_FROM_THE_FLOOR`]), no further than half again what the
+//!   refresh reads;
 //! - in between: it holds, or tries a quarter more than the rate in
 //!   effect (where growth may go that far: half again what the refresh
 //!   reads), kept if at the next decision the application's latency
@@ -145,13 +146,16 @@ const DEPTH_COST: f64 = 0.05;
 pub const DECIDE: Duration = Duration::from_millis(500);
 /// Below the growth mark the rate grows by this at a decision...
 const GROWTH: f64 = 1.25;
-/// ...and by this at the next while the application did not notice the
-/// step before (TCP's slow start, bounded as every step is by half again
-/// what the refresh reads). Beside a QD1 reader on a loop device that
-/// noticed nothing up to 18.75 MiB/s, a quarter a step took 4.3 s from
-/// the 4 MiB/s floor to past 16, most of a 5 s run (debug log, one run);
-/// a fixed 16 MiB/s ran at 16 from its start.
-const GROWTH_UNNOTICED: f64 = 1.5;
+/// ...and by this from the floor, until the application first shows it
+/// notices (a decision at or over the growth mark, or a depth that cost
+/// it): a start as TCP's slow start, which ends for good at the first
+/// loss (a cut does not start it again: after one, the rate would climb
+/// back past the knee by half a step each time). Every step is bounded
+/// by half again what the refresh reads. Beside a QD1 reader on a loop
+/// device that noticed nothing up to 18.75 MiB/s, a quarter a step took
+/// 4.3 s from the 4 MiB/s floor to past 16, most of a 5 s run (debug
+/// log, one run); a fixed 16 MiB/s ran at 16 from its start.
+const GROWTH_FROM_THE_FLOOR: f64 = 1.5;
 /// The refresh is silent this long to learn the application's latency.
 pub const LEARN: Duration = Duration::from_millis(400);
 /// And learns again this often while the application keeps reading.
@@ -309,9 +313,9 @@ pub struct Pacer {
     rate_trial: Option<RateTrial>,
     /// More rate cost the application (until it is learned again).
     rate_trials_over: bool,
-    /// The last decision grew the rate (the next, if the application
-    /// still did not notice, grows it by [`GROWTH_UNNOTICED`]).
-    grew: bool,
+    /// Growing by [`GROWTH_FROM_THE_FLOOR`]: since the refresh began to
+    /// share the drive, the application has not shown it notices.
+    slow_start: bool,
     /// Reads run best-effort: idle-class reads did not reach the floor.
     raised: bool,
     floor_check: (Duration, u64),
@@ -372,7 +376,7 @@ impl Pacer {
             depth_ceiling: None,
             rate_trial: None,
             rate_trials_over: false,
-            grew: false,
+            slow_start: true,
             raised: false,
             floor_check: (Duration::ZERO, 0),
             blind: blind::Blind::new(max_depth),

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use super::{
-    latency, DepthTrial, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, GROWTH, GROWTH_UNNOTICED,
-    LEARN, MAX_REQUEST, MIN_REQUEST, PAUSE, PAUSE_GAPS, QUIET, RELEARN, REQUEST_TIME, TAIL_SHARE,
-    TICK,
+    latency, DepthTrial, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, GROWTH,
+    GROWTH_FROM_THE_FLOOR, LEARN, MAX_REQUEST, MIN_REQUEST, PAUSE, PAUSE_GAPS, QUIET, RELEARN,
+    REQUEST_TIME, TAIL_SHARE, TICK,
 };
 use crate::io::account::OwnDone;
 
@@ -97,7 +97,6 @@ impl Pacer {
         self.reads.restart();
         self.decided = now;
         self.last_ratio = None;
-        self.grew = false;
         if let Some(t) = self.depth_trial.take() {
             self.depth = t.before;
         }
@@ -169,12 +168,17 @@ impl Pacer {
             // `sharing_depth`).
             self.depth = 1;
         } else if ratio < AIM * 0.92 {
-            let step = if self.grew { GROWTH_UNNOTICED } else { GROWTH };
+            let step = if self.slow_start {
+                GROWTH_FROM_THE_FLOOR
+            } else {
+                GROWTH
+            };
             self.rate = self.grown(self.rate, step).max(self.rate).min(self.full());
         } else {
             self.try_more_rate(ratio);
         }
-        self.grew = !went_back && ratio < AIM * 0.92;
+        // Noticed (a costly depth was judged just before): for good.
+        self.slow_start &= ratio < AIM * 0.92;
         self.rate = self.rate.max(floor);
         tracing::debug!(
             app_ms = app,
@@ -370,6 +374,7 @@ impl Pacer {
                 );
                 self.depth = t.before;
                 self.depth_ceiling = Some(ceiling);
+                self.slow_start = false;
             }
         }
         self.last_ratio = Some(ratio);
@@ -377,7 +382,6 @@ impl Pacer {
 
     fn forget_depth_trials(&mut self) {
         self.last_ratio = None;
-        self.grew = false;
         self.depth_trial = None;
         self.depth_ceiling = None;
         self.forget_rate_trial(false);
@@ -385,6 +389,7 @@ impl Pacer {
 
     pub(super) fn leave_sharing(&mut self) {
         self.phase = Phase::Alone;
+        self.slow_start = true;
         // Another application (or drive) is sized for afresh, from the
         // floor up.
         self.app_reads_per_s = 0.0;
