@@ -152,9 +152,10 @@ const GROWTH: f64 = 1.25;
 /// loss (a cut does not start it again: after one, the rate would climb
 /// back past the knee by half a step each time). Every step is bounded
 /// by half again what the refresh reads. Beside a QD1 reader on a loop
-/// device that noticed nothing up to 18.75 MiB/s, a quarter a step took
-/// 4.3 s from the 4 MiB/s floor to past 16, most of a 5 s run (debug
-/// log, one run); a fixed 16 MiB/s ran at 16 from its start.
+/// device whose mean read 0.98–1.02× at every decision but one, mostly
+/// quarter steps took 4.2 s from the 4 MiB/s floor to 18.75 MiB/s, most
+/// of a 5 s run (debug log, one run); a fixed 16 MiB/s ran at 16 from its
+/// start.
 const GROWTH_FROM_THE_FLOOR: f64 = 1.5;
 /// The refresh is silent this long to learn the application's latency.
 pub const LEARN: Duration = Duration::from_millis(400);
