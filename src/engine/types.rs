@@ -13,6 +13,19 @@ pub const DEFAULT_CHUNK: u64 = 1 << 20;
 /// holds within ±0.5 % over 10 s), and a request while the pacer shares
 /// the drive at least this much (no more requests than a fixed rate).
 pub const CHUNK_TIME: std::time::Duration = std::time::Duration::from_millis(50);
+/// The largest chunk that keeps the throttle within ±0.5 % over 10 s:
+/// one chunk is at most [`CHUNK_TIME`] of the rate, rounded down to
+/// `align`.
+pub fn chunk_for_rate(chunk: u64, rate: Option<u64>, align: u64) -> u64 {
+    match rate {
+        Some(r) => {
+            let of_rate = (u128::from(r) * CHUNK_TIME.as_millis() / 1000) as u64;
+            (of_rate / align * align).clamp(align, chunk.max(align))
+        }
+        None => chunk,
+    }
+}
+
 /// Default number of chunks in flight.
 pub const DEFAULT_DEPTH: usize = 8;
 

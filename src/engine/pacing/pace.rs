@@ -144,6 +144,11 @@ const AIM: f64 = 1.1;
 const DEPTH_COST: f64 = 0.05;
 /// How often the rate changes (a window's worth of evidence each time).
 pub const DECIDE: Duration = Duration::from_millis(500);
+/// The growth mark: below it (1.012× the application's latency alone)
+/// the application does not notice the refresh, and the rate grows;
+/// between it and the aim the rate holds, with more on trial
+/// ([`rate_trial`]).
+const GROWTH_MARK: f64 = AIM * 0.92;
 /// Below the growth mark the rate grows by this at a decision...
 const GROWTH: f64 = 1.25;
 /// ...and by this from the floor, until the application first shows it

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::engine::pacing::pace::{Allowance, Pacer};
 use crate::engine::safety::watch::{StopReason, Watch, POLL};
-use crate::engine::types::CHUNK_TIME;
 
 /// A byte-rate limiter. Time is passed in (`now` since any fixed epoch) so
 /// the arithmetic is tested without sleeping.
@@ -256,22 +255,10 @@ impl Throttle {
     }
 }
 
-/// The largest chunk that keeps the throttle within ±0.5 % over 10 s:
-/// one chunk is at most [`CHUNK_TIME`] of the rate, rounded down to
-/// `align`.
-pub fn chunk_for_rate(chunk: u64, rate: Option<u64>, align: u64) -> u64 {
-    match rate {
-        Some(r) => {
-            let of_rate = (u128::from(r) * CHUNK_TIME.as_millis() / 1000) as u64;
-            (of_rate / align * align).clamp(align, chunk.max(align))
-        }
-        None => chunk,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::types::chunk_for_rate;
     use proptest::prelude::*;
 
     /// A greedy consumer on a virtual clock; each grant is followed by I/O

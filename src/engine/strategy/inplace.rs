@@ -125,8 +125,7 @@ fn direct_alignment(job: &FileJob<'_, '_>) -> Result<u64, Done> {
 /// nothing to write (or nothing may be written: a dry run).
 fn plan_file(job: &mut FileJob<'_, '_>, align: u64) -> Result<Plan, Done> {
     let (o, cfg, sw) = (job.opened, job.cfg, job.cfg.unsafe_switches);
-    let chunk =
-        crate::engine::pacing::throttle::chunk_for_rate(cfg.chunk, job.throttle.rate(), align);
+    let chunk = crate::engine::types::chunk_for_rate(cfg.chunk, job.throttle.rate(), align);
     let params = PlanParams {
         size: o.meta.size,
         align,

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::{
     latency, DepthTrial, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, GROWTH,
-    GROWTH_FROM_THE_FLOOR, LEARN, MAX_REQUEST, MIN_REQUEST, PAUSE, PAUSE_GAPS, QUIET, RELEARN,
-    REQUEST_TIME, TAIL_SHARE, TICK,
+    GROWTH_FROM_THE_FLOOR, GROWTH_MARK, LEARN, MAX_REQUEST, MIN_REQUEST, PAUSE, PAUSE_GAPS, QUIET,
+    RELEARN, REQUEST_TIME, TAIL_SHARE, TICK,
 };
 use crate::io::account::OwnDone;
 
@@ -167,7 +167,7 @@ impl Pacer {
             // One request in flight, or what the floor needs (kept by
             // `sharing_depth`).
             self.depth = 1;
-        } else if ratio < AIM * 0.92 {
+        } else if ratio < GROWTH_MARK {
             let step = if self.slow_start {
                 GROWTH_FROM_THE_FLOOR
             } else {
@@ -178,7 +178,7 @@ impl Pacer {
             self.try_more_rate(ratio);
         }
         // Noticed (a costly depth was judged just before): for good.
-        self.slow_start &= ratio < AIM * 0.92;
+        self.slow_start &= ratio < GROWTH_MARK;
         self.rate = self.rate.max(floor);
         tracing::debug!(
             app_ms = app,

@@ -2,6 +2,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
+use crate::engine::types::chunk_for_rate;
 
 mod floor;
 mod rate_trial;
@@ -217,9 +218,8 @@ fn requests_are_no_more_than_a_fixed_rate_sends() {
         engine.tick(&mut r, 0.04);
         let a = r.pacer.allowance();
         let rate = a.rate.unwrap();
-        // The throttle's chunk at the rate (`throttle::chunk_for_rate`),
-        // within the drive's 512 KiB.
-        let chunk = ((rate as f64 * CHUNK_TIME.as_secs_f64()) as u64 / 4096 * 4096).min(512 << 10);
+        // The throttle's chunk at the rate, within the drive's 512 KiB.
+        let chunk = chunk_for_rate(512 << 10, Some(rate), 4096);
         let request = a.request.unwrap();
         assert!(
             request >= chunk,
