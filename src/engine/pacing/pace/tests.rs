@@ -7,19 +7,23 @@ use crate::engine::types::chunk_for_rate;
 mod floor;
 mod rate_trial;
 
-/// A drive whose counters the test moves (and its reads in flight, and
-/// how often they were looked at).
+/// A drive whose counters the test moves.
 #[derive(Clone, Default)]
-struct FakeDrive(
-    Arc<Mutex<Option<Counters>>>,
-    Arc<Mutex<u64>>,
-    Arc<Mutex<u64>>,
-);
+struct FakeDrive {
+    counters: Arc<Mutex<Option<Counters>>>,
+    /// Others' reads in flight at every look.
+    in_flight: Arc<Mutex<u64>>,
+    /// How often the reads in flight were looked at.
+    looks: Arc<Mutex<u64>>,
+    /// Others' reads completed between two looks (a reader whose reads
+    /// are in flight only briefly).
+    done_per_look: Arc<Mutex<u64>>,
+}
 
 impl FakeDrive {
     /// `reads` reads taking `ms` milliseconds in all, and `writes` writes.
     fn add(&self, reads: u64, ms: u64, writes: u64) {
-        let mut c = self.0.lock().unwrap();
+        let mut c = self.counters.lock().unwrap();
         let mut n = c.unwrap_or_default();
         n.reads += reads;
         n.read_ms += ms;
@@ -33,14 +37,16 @@ impl DeviceCounters for FakeDrive {
         "sdz"
     }
     fn read(&mut self) -> Option<Counters> {
-        *self.0.lock().unwrap()
+        *self.counters.lock().unwrap()
     }
     fn max_io(&self) -> u64 {
         512 << 10
     }
     fn reads_in_flight(&mut self) -> Option<u64> {
-        *self.2.lock().unwrap() += 1;
-        Some(*self.1.lock().unwrap())
+        *self.looks.lock().unwrap() += 1;
+        let done = *self.done_per_look.lock().unwrap();
+        self.add(done, done, 0);
+        Some(*self.in_flight.lock().unwrap())
     }
 }
 
@@ -64,8 +70,12 @@ impl Rig {
     /// `in_flight`: others' reads in flight when the refresh starts.
     fn with_reads_in_flight(mode: YieldMode, rate: Option<u64>, in_flight: u64) -> Rig {
         let drive = FakeDrive::default();
+        *drive.in_flight.lock().unwrap() = in_flight;
+        Rig::on(drive, mode, rate)
+    }
+
+    fn on(drive: FakeDrive, mode: YieldMode, rate: Option<u64>) -> Rig {
         drive.add(0, 0, 0);
-        *drive.1.lock().unwrap() = in_flight;
         let mut pacer = Pacer::new(
             PaceSettings {
                 mode,
@@ -179,6 +189,28 @@ fn a_drive_busy_at_the_start_is_learned_before_the_first_request() {
     let off = Rig::with_reads_in_flight(YieldMode::Off, Some(50 * MIB), 1);
     assert_eq!(off.pacer.allowance().rate, Some(50 * MIB));
     assert_eq!(off.pacer.allowance().depth, 8);
+}
+
+/// A reader whose reads are in flight only briefly (a loop device's
+/// 35 µs reads at queue depth 1, with the reader's own time between
+/// them) may have none in flight at any of the looks; its reads
+/// completed while we looked still show it.
+#[test]
+fn reads_completed_while_looked_at_are_learned_before_the_first_request() {
+    let drive = FakeDrive::default();
+    *drive.done_per_look.lock().unwrap() = 1;
+    let r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB));
+    assert!(
+        matches!(r.pacer.phase, Phase::Learning { .. }),
+        "the first tick learns: {:?}",
+        r.pacer.phase
+    );
+    assert_eq!(r.pacer.allowance().depth, 0, "nothing of ours in flight");
+    // An idle drive: nothing completes, the refresh starts at its rate.
+    let idle = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    assert_eq!(idle.pacer.phase, Phase::Alone);
+    assert_eq!(idle.pacer.allowance().rate, Some(50 * MIB));
+    assert_eq!(idle.pacer.allowance().depth, 8);
 }
 
 #[test]
@@ -577,9 +609,9 @@ fn reads_of_ours_inside_a_section_are_left_out_once() {
 fn a_section_without_counters_leaves_its_tick_out() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
     for _ in 0..10 {
-        let counters = r.drive.0.lock().unwrap().take();
+        let counters = r.drive.counters.lock().unwrap().take();
         r.pacer.begin_uncounted();
-        *r.drive.0.lock().unwrap() = counters;
+        *r.drive.counters.lock().unwrap() = counters;
         r.drive.add(50, 50, 0);
         r.pacer.end_uncounted();
         r.tick();
@@ -767,12 +799,12 @@ fn a_pause_ends_at_the_applications_first_read_in_flight() {
     // Two reads of ours in flight, and the drive counts two: ours.
     r.pacer.own().read_started();
     r.pacer.own().read_started();
-    *r.drive.1.lock().unwrap() = 2;
+    *r.drive.in_flight.lock().unwrap() = 2;
     r.now += TICK / 10;
     assert!(!r.pacer.tick(r.now));
     assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "only ours");
     // A third: the application's, between two ticks.
-    *r.drive.1.lock().unwrap() = 3;
+    *r.drive.in_flight.lock().unwrap() = 3;
     r.now += TICK / 10;
     assert!(r.pacer.tick(r.now), "the allowance changed");
     assert_eq!(r.pacer.allowance(), sharing, "back to the controller's");
@@ -828,7 +860,7 @@ fn a_pause_looks_at_the_drive_at_most_once_a_millisecond() {
         r.tick_with(1, 0, 0.0);
     }
     assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "paused");
-    let looks = *r.drive.2.lock().unwrap();
+    let looks = *r.drive.looks.lock().unwrap();
     r.now += TICK / 10;
     for _ in 0..1000 {
         r.pacer.tick(r.now);
@@ -836,7 +868,7 @@ fn a_pause_looks_at_the_drive_at_most_once_a_millisecond() {
     r.now += PAUSE_LOOK;
     r.pacer.tick(r.now);
     assert_eq!(
-        *r.drive.2.lock().unwrap() - looks,
+        *r.drive.looks.lock().unwrap() - looks,
         2,
         "looks at two instants"
     );
