@@ -22,7 +22,9 @@
 //! `REFRESHD_BENCH_LATENCY_SECS` (per run, default 8),
 //! `REFRESHD_BENCH_REPEATS` (runs of each case, default 1: with more,
 //! every ratio is of medians, and each run's p99 is shown),
-//! `REFRESHD_BENCH_LATENCY_MIB` (aged data, default 256). Root needed.
+//! `REFRESHD_BENCH_LATENCY_MIB` (aged data, default 256),
+//! `REFRESHD_BENCH_LAT_LOG` (a directory: fio's readers log every read's
+//! latency there). Root needed.
 #![allow(clippy::unwrap_used)]
 
 #[path = "latency/beds.rs"]

@@ -77,6 +77,7 @@ fn fio(file: &Path, secs: Duration, stop: &AtomicBool, depth: u32) -> Latencies 
             "--percentile_list=50:99:99.9",
         ])
         .arg(format!("--iodepth={depth}"))
+        .args(latency_log())
         .arg(format!("--runtime={}", secs.as_secs()))
         .arg(format!("--filename={}", file.display()))
         .stdout(Stdio::piped())
@@ -108,6 +109,21 @@ fn fio(file: &Path, secs: Duration, stop: &AtomicBool, depth: u32) -> Latencies 
         mean_ms: read["clat_ns"]["mean"].as_f64().unwrap() / 1e6,
         p99_ms: pct("99.000000"),
     }
+}
+
+/// With `REFRESHD_BENCH_LAT_LOG=<dir>`, fio logs every read's latency
+/// there (`lat-<ms since the epoch>_clat.1.log`: ms since its start,
+/// latency in ns): when in a run the slow reads fall.
+fn latency_log() -> Vec<String> {
+    let Some(dir) = std::env::var_os("REFRESHD_BENCH_LAT_LOG") else {
+        return vec![];
+    };
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let prefix = Path::new(&dir).join(format!("lat-{ms}"));
+    vec![format!("--write_lat_log={}", prefix.display())]
 }
 
 /// Touches random 16 KiB ranges of a shared mapping, evicting each range
