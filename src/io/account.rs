@@ -1,7 +1,7 @@
 //! The refresh's own I/O, counted where it completes (the ring) for
 //! whoever paces it, and the I/O priorities its requests carry.
 
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -11,8 +11,9 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub struct OwnIo {
     done: Mutex<OwnDone>,
-    /// Our reads submitted and not yet completed.
+    /// Our reads submitted and not yet completed, and their bytes.
     reads_in_flight: AtomicUsize,
+    read_bytes_in_flight: AtomicU64,
     read_ioprio: AtomicU16,
     write_ioprio: AtomicU16,
     /// In a section the pacer leaves out of the drive's counters (see
@@ -45,19 +46,50 @@ impl OwnDone {
 }
 
 impl OwnIo {
-    pub fn read_started(&self) {
+    pub fn read_started(&self, len: u64) {
         self.reads_in_flight.fetch_add(1, Ordering::Relaxed);
+        self.read_bytes_in_flight.fetch_add(len, Ordering::Relaxed);
     }
 
-    /// A read completed, failed or not.
-    pub fn read_ended(&self) {
+    /// A read of `len` bytes completed, failed or not.
+    pub fn read_ended(&self, len: u64) {
         let _ = self
             .reads_in_flight
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        let _ = self
+            .read_bytes_in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(len))
+            });
     }
 
     pub fn reads_in_flight(&self) -> usize {
         self.reads_in_flight.load(Ordering::Relaxed)
+    }
+
+    /// At most how many reads the drive has of ours, in flight or
+    /// completed and not yet reaped, when the block layer splits them
+    /// into pieces of `max_io` bytes: a read of `len` bytes is at most
+    /// `len / max_io + 1` of them.
+    pub fn read_pieces_in_flight(&self, max_io: u64) -> u64 {
+        let n = self.reads_in_flight() as u64;
+        self.read_bytes_in_flight
+            .load(Ordering::Relaxed)
+            .div_ceil(max_io.max(4096))
+            + n
+    }
+
+    /// The pieces (see [`OwnIo::read_pieces_in_flight`]) of the reads
+    /// completed since the pacer last took them, and whether I/O of ours
+    /// went uncounted meanwhile. The pacer looks without taking.
+    pub fn read_pieces_done(&self, max_io: u64) -> (u64, bool) {
+        let d = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        let pieces = d
+            .reads
+            .iter()
+            .map(|r| r.0.div_ceil(max_io.max(4096)).max(1))
+            .sum();
+        (pieces, d.uncounted)
     }
 
     /// A read completed whole (`latency` from submit to completion).

@@ -71,7 +71,7 @@ impl Ring {
     fn drained(&mut self) {
         for s in self.started.iter_mut().filter_map(Option::take) {
             if s.op == Op::Read {
-                self.own.read_ended();
+                self.own.read_ended(s.len);
             }
         }
     }
@@ -82,7 +82,7 @@ impl Ring {
             return;
         };
         if c.op == Op::Read {
-            self.own.read_ended();
+            self.own.read_ended(s.len);
         }
         if c.result.is_err() {
             return;
@@ -224,7 +224,7 @@ impl FileIo<'_> {
             source,
         })?;
         if op == Op::Read {
-            self.ring.own.read_started();
+            self.ring.own.read_started(len as u64);
         }
         let r = &mut self.ring.started;
         if r.len() <= buf {

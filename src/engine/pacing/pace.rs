@@ -76,7 +76,10 @@
 //! is kept while the controller cuts the rest, more of it while paying
 //! back). When the
 //! application has not read for [`QUIET`] (longer than the pauses of a
-//! bursty reader), the refresh runs at the configured rate and depth.
+//! bursty reader), the refresh runs at the configured rate and depth;
+//! an application that starts reading then is seen between ticks, at
+//! most every [`ALONE_LOOK`], by the drive's reads that cannot be ours,
+//! and the refresh learns before its next requests.
 //!
 //! **Pauses.** A bursty application's pauses are shorter than that (a 2 s
 //! burst, a 2 s pause): after [`PAUSE`] without a read, and [`PAUSE_GAPS`]
@@ -181,6 +184,14 @@ pub const PAUSE_GAPS: u32 = 10;
 /// than this (the executor asks for its allowance many times per
 /// request; each look reads a sysfs file).
 pub const PAUSE_LOOK: Duration = Duration::from_millis(1);
+/// Alone, the drive's counters are looked at between ticks no more often
+/// than this (a sysfs read each: 500 a second at most): an application
+/// that starts reading is seen within a few of its reads, not up to a
+/// tick later, after a tick beside the configured rate and depth. In the
+/// latency matrix the reader starts after the refresh; beside a QD1
+/// reader on a loop device the debug log showed it seen after 4–256 of
+/// its reads (the look waits for the executor's next turn).
+pub const ALONE_LOOK: Duration = Duration::from_millis(2);
 /// A request while sharing the drive is at least this much of the rate's
 /// time: the throttle's own chunk at that rate
 /// ([`CHUNK_TIME`], 1/20 s), what a fixed rate sends. At
@@ -299,6 +310,8 @@ pub struct Pacer {
     /// drive's reads in flight were last looked at in it.
     paused: bool,
     pause_looked: Duration,
+    /// Alone: when the drive's counters were last looked at between ticks.
+    alone_looked: Duration,
     /// The rate while sharing, and when it last changed.
     rate: f64,
     /// The application's reads per second, for the request size.
@@ -376,6 +389,7 @@ impl Pacer {
             app_gap: Duration::ZERO,
             paused: false,
             pause_looked: Duration::ZERO,
+            alone_looked: Duration::ZERO,
             rate: cfg.floor.0 as f64,
             app_reads_per_s: 0.0,
             decided: Duration::ZERO,
@@ -539,6 +553,41 @@ impl Pacer {
         self.others_read_now()
     }
 
+    /// Alone, at most every [`ALONE_LOOK`]: whether others read since the
+    /// last tick. The drive's reads then, less every read of ours it can
+    /// have counted (those reaped, those in flight or not yet reaped, in
+    /// the block layer's pieces), are at least the application's; enough
+    /// of them (what the tick asks of its window) and it reads. A stray
+    /// read or two (an operator's `ls`) is not an application.
+    fn others_read_alone(&mut self, now: Duration) -> bool {
+        if self.phase != Phase::Alone
+            || self.cfg.mode != YieldMode::Auto
+            || now < self.alone_looked + ALONE_LOOK
+        {
+            return false;
+        }
+        self.alone_looked = now;
+        let Some(dev) = self.device.as_mut() else {
+            return false;
+        };
+        let max_io = dev.max_io();
+        let Some(reads) = dev.read().and_then(|c| self.reads.reads_since_tick(c)) else {
+            return false;
+        };
+        let (done, uncounted) = self.own.read_pieces_done(max_io);
+        let ours = done + self.own.read_pieces_in_flight(max_io);
+        let others = reads.saturating_sub(ours);
+        if uncounted || others < latency::MIN_READS / 2 {
+            return false;
+        }
+        tracing::debug!(
+            others,
+            "{}: the application reads: learning now, not at the next tick",
+            dev.name()
+        );
+        true
+    }
+
     /// In a pause: whether the drive has reads in flight that are not
     /// ours (a sharing request is never larger than the drive takes in
     /// one: each of ours is one at the drive). Ours are counted from their
@@ -575,7 +624,14 @@ impl Pacer {
             return self.allowance() != before;
         }
         if now < self.last_tick + TICK {
-            return false;
+            if !self.others_read_alone(now) {
+                return false;
+            }
+            // As at the start: learn before our next requests.
+            self.last_tick = now;
+            self.app_seen = Some(now);
+            self.start_learning(now);
+            return true;
         }
         let elapsed = now.saturating_sub(self.last_tick);
         self.last_tick = now;

@@ -68,6 +68,17 @@ impl Separator {
         }
     }
 
+    /// Between ticks: the drive's reads since the last tick, less what
+    /// sections of ours counted; `None` in a section or before a first
+    /// reading.
+    pub fn reads_since_tick(&self, now: Counters) -> Option<u64> {
+        if self.uncounted_since.is_some() {
+            return None;
+        }
+        let last = self.last?;
+        Some(now.since(last).since(self.uncounted).reads)
+    }
+
     /// Takes this tick's counters and our completions. Returns the
     /// application's reads of this tick, or `None` when they cannot be
     /// told apart (first reading, unreadable counters, or I/O of ours the

@@ -213,6 +213,73 @@ fn reads_completed_while_looked_at_are_learned_before_the_first_request() {
     assert_eq!(idle.pacer.allowance().depth, 8);
 }
 
+/// Alone at the configured rate, an application that starts reading
+/// between two ticks is seen within a few of its reads: learning starts
+/// before our next requests, not at the next tick. What the drive counts
+/// of ours (reaped, in flight, in the block layer's pieces) and a stray
+/// read or two are not an application.
+#[test]
+fn an_application_that_starts_between_ticks_is_learned_at_once() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    r.tick_with(8, 0, 0.0);
+    assert_eq!(r.pacer.phase, Phase::Alone);
+    let own = r.pacer.own().clone();
+    // Ours: 4 reaped and 8 in flight, the drive may have counted them
+    // all (two pieces each: 24 reads; the bound on those in flight
+    // says 24, the 8 MiB in pieces and one more each), and three reads
+    // of someone else.
+    for _ in 0..4 {
+        own.read_done(MIB, Duration::from_millis(5), false);
+    }
+    for _ in 0..8 {
+        own.read_started(MIB);
+    }
+    r.drive.add(12 * 2 + 3, 30, 0);
+    r.now += ALONE_LOOK;
+    assert!(!r.pacer.tick(r.now));
+    assert_eq!(r.pacer.phase, Phase::Alone, "ours, and a stray three");
+    // Within a look (at most one every ALONE_LOOK)...
+    r.drive.add(10, 4, 0);
+    r.now += ALONE_LOOK / 2;
+    assert!(!r.pacer.tick(r.now));
+    assert_eq!(r.pacer.phase, Phase::Alone);
+    // ...and at the next: 37 reads, at most 32 of them ours.
+    r.now += ALONE_LOOK / 2;
+    assert!(r.pacer.tick(r.now), "the allowance changed");
+    assert!(matches!(r.pacer.phase, Phase::Learning { .. }));
+    assert_eq!(r.pacer.allowance().depth, 0, "nothing more of ours");
+    for _ in 0..8 {
+        own.read_ended(MIB);
+    }
+    r.app_for(LEARN + TICK, 0, 0.4);
+    assert!(r.sharing());
+    let (alone, _) = r.pacer.baseline.unwrap();
+    assert!((alone - 0.4).abs() < 0.05, "learned {alone} ms");
+}
+
+/// The kernel's reads for us (opening and planning a file), in a section
+/// the counters bracket, are not an application's between ticks either:
+/// neither while the section runs nor after it.
+#[test]
+fn our_uncounted_sections_are_not_an_application_between_ticks() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    r.tick_with(8, 0, 0.0);
+    r.pacer.begin_uncounted();
+    r.drive.add(50, 20, 0);
+    r.now += ALONE_LOOK;
+    assert!(!r.pacer.tick(r.now));
+    r.drive.add(50, 20, 0);
+    r.pacer.end_uncounted();
+    r.now += ALONE_LOOK;
+    assert!(!r.pacer.tick(r.now));
+    assert_eq!(r.pacer.phase, Phase::Alone);
+    // An application's reads after it are.
+    r.drive.add(20, 8, 0);
+    r.now += ALONE_LOOK;
+    assert!(r.pacer.tick(r.now));
+    assert!(matches!(r.pacer.phase, Phase::Learning { .. }));
+}
+
 #[test]
 fn the_application_makes_it_learn_its_latency_then_share_from_the_floor() {
     let r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
@@ -405,11 +472,11 @@ fn one_more_read_in_flight_when_one_at_a_time_misses_the_rate() {
     let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
     // 128 KiB per tick = 1.25 MiB/s: under the 4 MiB/s floor.
     for _ in 0..25 {
-        r.pacer.own().read_started();
+        r.pacer.own().read_started(128 << 10);
         r.pacer
             .own()
             .read_done(128 << 10, Duration::from_millis(80), true);
-        r.pacer.own().read_ended();
+        r.pacer.own().read_ended(128 << 10);
         r.drive.add(1 + APP_READS, 80 + APP_READS * 4 / 10, 0);
         r.tick();
     }
@@ -691,7 +758,7 @@ fn starved_idle_reads_are_raised_to_best_effort_7() {
         "idle, not starved"
     );
     // A read waits and nothing completes for 2 s.
-    r.pacer.own().read_started();
+    r.pacer.own().read_started(MIB);
     for _ in 0..25 {
         r.tick_with(0, 100, 0.5);
     }
@@ -797,8 +864,8 @@ fn a_pause_ends_at_the_applications_first_read_in_flight() {
     }
     assert_eq!(r.pacer.allowance().rate, Some(50 * MIB), "paused");
     // Two reads of ours in flight, and the drive counts two: ours.
-    r.pacer.own().read_started();
-    r.pacer.own().read_started();
+    r.pacer.own().read_started(MIB);
+    r.pacer.own().read_started(MIB);
     *r.drive.in_flight.lock().unwrap() = 2;
     r.now += TICK / 10;
     assert!(!r.pacer.tick(r.now));
@@ -874,6 +941,9 @@ fn a_pause_looks_at_the_drive_at_most_once_a_millisecond() {
     );
 }
 
+/// The bytes a [`SlowDrive`]'s request in flight counts for.
+const IN_FLIGHT: u64 = 512 << 10;
+
 /// A drive on which each request of ours in flight reads `per_request`
 /// bytes a second, and an engine that reads what the allowance lets it:
 /// its rate, at most `depth` requests in flight, in requests of its size
@@ -910,11 +980,11 @@ impl SlowDrive {
         if a.depth == 0 {
             // Silent: the request in flight is left (its bytes with it).
             if std::mem::take(&mut self.in_flight) {
-                own.read_ended();
+                own.read_ended(IN_FLIGHT);
             }
             self.carry = 0.0;
         } else if !self.in_flight {
-            own.read_started();
+            own.read_started(IN_FLIGHT);
             self.in_flight = true;
         }
         let request = a.request.unwrap_or(512 << 10);
@@ -929,8 +999,8 @@ impl SlowDrive {
         while self.carry >= request as f64 {
             self.carry -= request as f64;
             own.read_done(request, latency, false);
-            own.read_ended();
-            own.read_started();
+            own.read_ended(IN_FLIGHT);
+            own.read_started(IN_FLIGHT);
             self.read += request;
             done += 1;
         }
