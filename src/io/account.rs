@@ -31,6 +31,10 @@ pub struct OwnDone {
     /// section the drive's counters could not bracket (see
     /// `Throttle::uncounted`): this tick's counters are unusable.
     pub uncounted: bool,
+    /// Reads of ours that ended since the pacer last took them, whole,
+    /// failed or drained, and their bytes: the drive counted each.
+    pub reads_ended: u64,
+    pub read_bytes_ended: u64,
     /// Bytes of reads that completed inside a section the pacer leaves
     /// out (relocation reads its units there): the refresh's progress,
     /// not reads to tell the application's from (the section's count
@@ -51,7 +55,8 @@ impl OwnIo {
         self.read_bytes_in_flight.fetch_add(len, Ordering::Relaxed);
     }
 
-    /// A read of `len` bytes completed, failed or not.
+    /// A read of `len` bytes ended: completed, failed, or discarded by a
+    /// drain.
     pub fn read_ended(&self, len: u64) {
         let _ = self
             .reads_in_flight
@@ -61,35 +66,28 @@ impl OwnIo {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 Some(n.saturating_sub(len))
             });
+        let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        d.reads_ended += 1;
+        d.read_bytes_ended += len;
     }
 
     pub fn reads_in_flight(&self) -> usize {
         self.reads_in_flight.load(Ordering::Relaxed)
     }
 
-    /// At most how many reads the drive has of ours, in flight or
-    /// completed and not yet reaped, when the block layer splits them
-    /// into pieces of `max_io` bytes: a read of `len` bytes is at most
-    /// `len / max_io + 1` of them.
-    pub fn read_pieces_in_flight(&self, max_io: u64) -> u64 {
-        let n = self.reads_in_flight() as u64;
-        self.read_bytes_in_flight
-            .load(Ordering::Relaxed)
-            .div_ceil(max_io.max(4096))
-            + n
-    }
-
-    /// The pieces (see [`OwnIo::read_pieces_in_flight`]) of the reads
-    /// completed since the pacer last took them, and whether I/O of ours
-    /// went uncounted meanwhile. The pacer looks without taking.
-    pub fn read_pieces_done(&self, max_io: u64) -> (u64, bool) {
+    /// At most how many reads the drive may have counted of ours since
+    /// the pacer last took them (see [`most_pieces`]): those ended, and
+    /// those in flight (or completed and not yet reaped); and whether I/O
+    /// of ours went uncounted meanwhile. The pacer looks without taking.
+    pub fn reads_the_drive_may_count(&self, max_io: u64) -> (u64, bool) {
         let d = self.done.lock().unwrap_or_else(|e| e.into_inner());
-        let pieces = d
-            .reads
-            .iter()
-            .map(|r| r.0.div_ceil(max_io.max(4096)).max(1))
-            .sum();
-        (pieces, d.uncounted)
+        let ended = most_pieces(d.read_bytes_ended, d.reads_ended, max_io);
+        let in_flight = most_pieces(
+            self.read_bytes_in_flight.load(Ordering::Relaxed),
+            self.reads_in_flight() as u64,
+            max_io,
+        );
+        (ended + in_flight, d.uncounted)
     }
 
     /// A read completed whole (`latency` from submit to completion).
@@ -142,4 +140,13 @@ impl OwnIo {
     pub fn take(&self) -> OwnDone {
         std::mem::take(&mut *self.done.lock().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+/// At most how many reads the drive counts for `reads` of ours of
+/// `bytes` in all: the block layer splits each into pieces of at most
+/// `max_io`, one more where it starts off a boundary it splits at
+/// (`len / max_io + 2` each). Not where a read is split finer: at an
+/// extent's end, or at a stripe of a RAID smaller than `max_io`.
+pub fn most_pieces(bytes: u64, reads: u64, max_io: u64) -> u64 {
+    bytes.div_ceil(max_io.max(4096)) + 2 * reads
 }

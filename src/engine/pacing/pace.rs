@@ -78,8 +78,9 @@
 //! application has not read for [`QUIET`] (longer than the pauses of a
 //! bursty reader), the refresh runs at the configured rate and depth;
 //! an application that starts reading then is seen between ticks, at
-//! most every [`ALONE_LOOK`], by the drive's reads that cannot be ours,
-//! and the refresh learns before its next requests.
+//! most every [`ALONE_LOOK`], by the drive's reads beyond the most it
+//! can have counted of ours, and the refresh learns before its next
+//! requests.
 //!
 //! **Pauses.** A bursty application's pauses are shorter than that (a 2 s
 //! burst, a 2 s pause): after [`PAUSE`] without a read, and [`PAUSE_GAPS`]
@@ -185,12 +186,13 @@ pub const PAUSE_GAPS: u32 = 10;
 /// request; each look reads a sysfs file).
 pub const PAUSE_LOOK: Duration = Duration::from_millis(1);
 /// Alone, the drive's counters are looked at between ticks no more often
-/// than this (a sysfs read each: 500 a second at most): an application
-/// that starts reading is seen within a few of its reads, not up to a
-/// tick later, after a tick beside the configured rate and depth. In the
-/// latency matrix the reader starts after the refresh; beside a QD1
-/// reader on a loop device the debug log showed it seen after 4–256 of
-/// its reads (the look waits for the executor's next turn).
+/// than this (a sysfs read per drive each: 500 a second at most): an
+/// application that starts reading is seen after a few of its reads, not
+/// up to a tick later, after a tick beside the configured rate and
+/// depth. In the latency matrix the reader starts after the refresh;
+/// beside a QD1 reader on a loop device the debug log showed it seen
+/// after 4–256 of its reads (the look waits for the executor's next
+/// turn, and the bound on ours has slack).
 pub const ALONE_LOOK: Duration = Duration::from_millis(2);
 /// A request while sharing the drive is at least this much of the rate's
 /// time: the throttle's own chunk at that rate
@@ -218,7 +220,8 @@ pub const MIN_REQUEST: u64 = 64 << 10;
 pub const MAX_REQUEST: u64 = 1 << 20;
 /// Before the first request on a drive, it is looked at this many times
 /// for reads in flight, [`START_LOOK_GAP`] apart (2 ms in all: nothing on
-/// an idle drive), and for reads completed meanwhile. Seen here, the
+/// an idle drive), and for reads completed meanwhile (four or more, as
+/// the tick asks of its window: a stray read is not an application). Seen here, the
 /// refresh learns before its first request instead of running a tick at
 /// the configured rate and depth beside it (measured on the testbed, 2
 /// channels, the mmap reader: that first tick alone put the reader's p99
@@ -226,8 +229,8 @@ pub const MAX_REQUEST: u64 = 1 << 20;
 /// has a read in flight nearly all the time; on a loop device whose
 /// reads take 35 µs it has one only part of the time, and the looks
 /// alone missed it 15 times in 300 (a poller in Python beside
-/// `fio --rw=randread --bs=4k --iodepth=1`, 28,000 reads a second); its
-/// reads completed within the looks missed it none of the 300 times.
+/// `fio --rw=randread --bs=4k --iodepth=1`, 28,000 reads a second); some
+/// of its reads completed within the looks every time.
 const START_LOOKS: u32 = 8;
 const START_LOOK_GAP: Duration = Duration::from_micros(250);
 
@@ -261,8 +264,10 @@ pub struct Allowance {
 enum Phase {
     /// Nobody else reads: the configured rate and depth.
     Alone,
-    /// Silent, measuring the application's latency without the refresh.
-    Learning { until: Duration },
+    /// Silent, measuring the application's latency without the refresh;
+    /// `primed` once its first tick (our last requests completing) was
+    /// left out.
+    Learning { until: Duration, primed: bool },
     /// The application reads: the rate is the controller's.
     Sharing,
 }
@@ -310,8 +315,11 @@ pub struct Pacer {
     /// drive's reads in flight were last looked at in it.
     paused: bool,
     pause_looked: Duration,
-    /// Alone: when the drive's counters were last looked at between ticks.
+    /// Alone: when the drive's counters were last looked at between
+    /// ticks, and whether they are (not after a learning that found no
+    /// application: the regular tick is left to find one).
     alone_looked: Duration,
+    alone_looks: bool,
     /// The rate while sharing, and when it last changed.
     rate: f64,
     /// The application's reads per second, for the request size.
@@ -344,7 +352,7 @@ pub struct Pacer {
     raised: bool,
     floor_check: (Duration, u64),
     blind: blind::Blind,
-    /// The drive had reads in flight before our first request on it.
+    /// Others read the drive before our first request on it.
     busy_at_start: bool,
 }
 
@@ -390,6 +398,7 @@ impl Pacer {
             paused: false,
             pause_looked: Duration::ZERO,
             alone_looked: Duration::ZERO,
+            alone_looks: true,
             rate: cfg.floor.0 as f64,
             app_reads_per_s: 0.0,
             decided: Duration::ZERO,
@@ -434,14 +443,16 @@ impl Pacer {
             self.app_seen = None;
             self.app_gap = Duration::ZERO;
             self.leave_sharing();
-            self.busy_at_start = self.cfg.mode == YieldMode::Auto && self.reads_in_flight_now();
+            self.alone_looks = true;
+            self.busy_at_start = self.cfg.mode == YieldMode::Auto && self.others_read_at_start();
         }
     }
 
     /// Whether others read the drive (none of its reads are ours: this is
     /// before our first request on it): reads in flight at one of a few
-    /// looks, or reads completed while it was looked at.
-    fn reads_in_flight_now(&mut self) -> bool {
+    /// looks, or enough reads completed while it was looked at (as the
+    /// tick asks of its window: a stray read is not an application).
+    fn others_read_at_start(&mut self) -> bool {
         let Some(dev) = self.device.as_mut() else {
             return false;
         };
@@ -462,13 +473,14 @@ impl Pacer {
             (Some(before), Some(after)) => after.since(before).reads,
             _ => 0,
         };
-        if done > 0 {
+        let busy = done >= latency::MIN_READS / 2;
+        if busy {
             tracing::debug!(
                 "{}: {done} reads completed before the refresh starts: learning first",
                 dev.name()
             );
         }
-        done > 0
+        busy
     }
 
     /// The configured rate (what plans are sized for).
@@ -553,15 +565,17 @@ impl Pacer {
         self.others_read_now()
     }
 
-    /// Alone, at most every [`ALONE_LOOK`]: whether others read since the
-    /// last tick. The drive's reads then, less every read of ours it can
-    /// have counted (those reaped, those in flight or not yet reaped, in
-    /// the block layer's pieces), are at least the application's; enough
-    /// of them (what the tick asks of its window) and it reads. A stray
-    /// read or two (an operator's `ls`) is not an application.
-    fn others_read_alone(&mut self, now: Duration) -> bool {
+    /// Alone, at most every [`ALONE_LOOK`]: whether an application began
+    /// to read since the last tick. The drive's reads then, less the most
+    /// it can have counted of ours (ended, in flight or not yet reaped,
+    /// in the block layer's pieces:
+    /// [`crate::io::account::most_pieces`]), are the
+    /// application's; enough of them (what the tick asks of its window)
+    /// and it reads. A stray read or two (an operator's `ls`) is not one.
+    fn application_began_between_ticks(&mut self, now: Duration) -> bool {
         if self.phase != Phase::Alone
             || self.cfg.mode != YieldMode::Auto
+            || !self.alone_looks
             || now < self.alone_looked + ALONE_LOOK
         {
             return false;
@@ -574,8 +588,7 @@ impl Pacer {
         let Some(reads) = dev.read().and_then(|c| self.reads.reads_since_tick(c)) else {
             return false;
         };
-        let (done, uncounted) = self.own.read_pieces_done(max_io);
-        let ours = done + self.own.read_pieces_in_flight(max_io);
+        let (ours, uncounted) = self.own.reads_the_drive_may_count(max_io);
         let others = reads.saturating_sub(ours);
         if uncounted || others < latency::MIN_READS / 2 {
             return false;
@@ -624,14 +637,12 @@ impl Pacer {
             return self.allowance() != before;
         }
         if now < self.last_tick + TICK {
-            if !self.others_read_alone(now) {
+            if !self.application_began_between_ticks(now) {
                 return false;
             }
-            // As at the start: learn before our next requests.
-            self.last_tick = now;
+            // The tick comes early: what ran alone is counted up to now,
+            // and learning starts at it, before our next requests.
             self.app_seen = Some(now);
-            self.start_learning(now);
-            return true;
         }
         let elapsed = now.saturating_sub(self.last_tick);
         self.last_tick = now;

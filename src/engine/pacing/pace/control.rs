@@ -27,7 +27,7 @@ impl Pacer {
         match self.phase {
             Phase::Alone if app_active => self.start_learning(now),
             Phase::Alone => {}
-            Phase::Learning { until } => self.learn(now, until, tick),
+            Phase::Learning { until, primed } => self.learn(now, until, primed, tick),
             Phase::Sharing if !app_active => {
                 tracing::info!("the application stopped reading: back to the configured rate");
                 self.leave_sharing();
@@ -105,7 +105,10 @@ impl Pacer {
     }
 
     pub(super) fn start_learning(&mut self, now: Duration) {
-        self.phase = Phase::Learning { until: now + LEARN };
+        self.phase = Phase::Learning {
+            until: now + LEARN,
+            primed: false,
+        };
         self.paused = false;
         self.forget_depth_trials();
         self.floor_account.forget_depth();
@@ -115,10 +118,23 @@ impl Pacer {
     }
 
     /// Silent: the application's reads now are its latency alone. The
-    /// first tick still sees our last requests complete: skipped.
-    fn learn(&mut self, now: Duration, until: Duration, tick: Option<latency::TickReads>) {
-        let first = now.saturating_sub(until.saturating_sub(LEARN)) <= TICK;
-        if let Some(t) = tick.filter(|_| !first && self.own.reads_in_flight() == 0) {
+    /// first tick still sees our last requests complete: skipped,
+    /// whenever it comes (a tick is a turn of the executor at or after
+    /// [`TICK`], rarely on the dot).
+    fn learn(
+        &mut self,
+        now: Duration,
+        until: Duration,
+        primed: bool,
+        tick: Option<latency::TickReads>,
+    ) {
+        if !primed {
+            self.phase = Phase::Learning {
+                until,
+                primed: true,
+            };
+        }
+        if let Some(t) = tick.filter(|_| primed && self.own.reads_in_flight() == 0) {
             self.learned.0 += t.reads.max(0) as u64;
             self.learned.1 += t.ms.max(0.0);
         }
@@ -135,7 +151,13 @@ impl Pacer {
             self.baseline = Some((b, now));
         }
         if self.baseline.is_none() {
-            // The application is too quiet to measure: treat it as gone.
+            // The application is too quiet to measure: treat it as gone
+            // (not seen: the next tick would learn again, for as long as
+            // what it saw was recent), and leave it to the regular tick
+            // to see one (what started this may have been reads of ours
+            // the drive split finer than we can count).
+            self.app_seen = None;
+            self.alone_looks = false;
             self.leave_sharing();
             return;
         }

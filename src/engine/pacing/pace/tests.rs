@@ -5,6 +5,7 @@ use super::*;
 use crate::engine::types::chunk_for_rate;
 
 mod floor;
+mod looks;
 mod rate_trial;
 
 /// A drive whose counters the test moves.
@@ -15,9 +16,9 @@ struct FakeDrive {
     in_flight: Arc<Mutex<u64>>,
     /// How often the reads in flight were looked at.
     looks: Arc<Mutex<u64>>,
-    /// Others' reads completed between two looks (a reader whose reads
-    /// are in flight only briefly).
-    done_per_look: Arc<Mutex<u64>>,
+    /// Others' reads that complete while the reads in flight are looked
+    /// at (counted at the next look).
+    done_while_looked_at: Arc<Mutex<u64>>,
 }
 
 impl FakeDrive {
@@ -44,7 +45,7 @@ impl DeviceCounters for FakeDrive {
     }
     fn reads_in_flight(&mut self) -> Option<u64> {
         *self.looks.lock().unwrap() += 1;
-        let done = *self.done_per_look.lock().unwrap();
+        let done = std::mem::take(&mut *self.done_while_looked_at.lock().unwrap());
         self.add(done, done, 0);
         Some(*self.in_flight.lock().unwrap())
     }
@@ -189,95 +190,6 @@ fn a_drive_busy_at_the_start_is_learned_before_the_first_request() {
     let off = Rig::with_reads_in_flight(YieldMode::Off, Some(50 * MIB), 1);
     assert_eq!(off.pacer.allowance().rate, Some(50 * MIB));
     assert_eq!(off.pacer.allowance().depth, 8);
-}
-
-/// A reader whose reads are in flight only briefly (a loop device's
-/// 35 µs reads at queue depth 1, with the reader's own time between
-/// them) may have none in flight at any of the looks; its reads
-/// completed while we looked still show it.
-#[test]
-fn reads_completed_while_looked_at_are_learned_before_the_first_request() {
-    let drive = FakeDrive::default();
-    *drive.done_per_look.lock().unwrap() = 1;
-    let r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB));
-    assert!(
-        matches!(r.pacer.phase, Phase::Learning { .. }),
-        "the first tick learns: {:?}",
-        r.pacer.phase
-    );
-    assert_eq!(r.pacer.allowance().depth, 0, "nothing of ours in flight");
-    // An idle drive: nothing completes, the refresh starts at its rate.
-    let idle = Rig::new(YieldMode::Auto, Some(50 * MIB));
-    assert_eq!(idle.pacer.phase, Phase::Alone);
-    assert_eq!(idle.pacer.allowance().rate, Some(50 * MIB));
-    assert_eq!(idle.pacer.allowance().depth, 8);
-}
-
-/// Alone at the configured rate, an application that starts reading
-/// between two ticks is seen within a few of its reads: learning starts
-/// before our next requests, not at the next tick. What the drive counts
-/// of ours (reaped, in flight, in the block layer's pieces) and a stray
-/// read or two are not an application.
-#[test]
-fn an_application_that_starts_between_ticks_is_learned_at_once() {
-    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
-    r.tick_with(8, 0, 0.0);
-    assert_eq!(r.pacer.phase, Phase::Alone);
-    let own = r.pacer.own().clone();
-    // Ours: 4 reaped and 8 in flight, the drive may have counted them
-    // all (two pieces each: 24 reads; the bound on those in flight
-    // says 24, the 8 MiB in pieces and one more each), and three reads
-    // of someone else.
-    for _ in 0..4 {
-        own.read_done(MIB, Duration::from_millis(5), false);
-    }
-    for _ in 0..8 {
-        own.read_started(MIB);
-    }
-    r.drive.add(12 * 2 + 3, 30, 0);
-    r.now += ALONE_LOOK;
-    assert!(!r.pacer.tick(r.now));
-    assert_eq!(r.pacer.phase, Phase::Alone, "ours, and a stray three");
-    // Within a look (at most one every ALONE_LOOK)...
-    r.drive.add(10, 4, 0);
-    r.now += ALONE_LOOK / 2;
-    assert!(!r.pacer.tick(r.now));
-    assert_eq!(r.pacer.phase, Phase::Alone);
-    // ...and at the next: 37 reads, at most 32 of them ours.
-    r.now += ALONE_LOOK / 2;
-    assert!(r.pacer.tick(r.now), "the allowance changed");
-    assert!(matches!(r.pacer.phase, Phase::Learning { .. }));
-    assert_eq!(r.pacer.allowance().depth, 0, "nothing more of ours");
-    for _ in 0..8 {
-        own.read_ended(MIB);
-    }
-    r.app_for(LEARN + TICK, 0, 0.4);
-    assert!(r.sharing());
-    let (alone, _) = r.pacer.baseline.unwrap();
-    assert!((alone - 0.4).abs() < 0.05, "learned {alone} ms");
-}
-
-/// The kernel's reads for us (opening and planning a file), in a section
-/// the counters bracket, are not an application's between ticks either:
-/// neither while the section runs nor after it.
-#[test]
-fn our_uncounted_sections_are_not_an_application_between_ticks() {
-    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
-    r.tick_with(8, 0, 0.0);
-    r.pacer.begin_uncounted();
-    r.drive.add(50, 20, 0);
-    r.now += ALONE_LOOK;
-    assert!(!r.pacer.tick(r.now));
-    r.drive.add(50, 20, 0);
-    r.pacer.end_uncounted();
-    r.now += ALONE_LOOK;
-    assert!(!r.pacer.tick(r.now));
-    assert_eq!(r.pacer.phase, Phase::Alone);
-    // An application's reads after it are.
-    r.drive.add(20, 8, 0);
-    r.now += ALONE_LOOK;
-    assert!(r.pacer.tick(r.now));
-    assert!(matches!(r.pacer.phase, Phase::Learning { .. }));
 }
 
 #[test]
