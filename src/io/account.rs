@@ -142,11 +142,44 @@ impl OwnIo {
     }
 }
 
+/// About how many reads the drive counts for one read of ours of `len`
+/// bytes: the block layer splits it into pieces of at most `max_io`
+/// that run side by side, each counted as a read, each for about our
+/// read's latency. An estimate, for the application's latency sums (a
+/// piece off a boundary is not counted: see [`most_pieces`] for the
+/// bound).
+pub fn likely_pieces(len: u64, max_io: u64) -> u64 {
+    len.div_ceil(max_io.max(4096)).max(1)
+}
+
 /// At most how many reads the drive counts for `reads` of ours of
 /// `bytes` in all: the block layer splits each into pieces of at most
 /// `max_io`, one more where it starts off a boundary it splits at
-/// (`len / max_io + 2` each). Not where a read is split finer: at an
-/// extent's end, or at a stripe of a RAID smaller than `max_io`.
+/// (`len / max_io + 2` each; [`likely_pieces`] is the estimate). Not
+/// where a read is split finer: at an extent's end, or at a stripe of a
+/// RAID smaller than `max_io`.
 pub fn most_pieces(bytes: u64, reads: u64, max_io: u64) -> u64 {
     bytes.div_ceil(max_io.max(4096)) + 2 * reads
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The estimate is never over the bound, for any length and split;
+    /// the bound leaves room for a read that starts off a boundary.
+    #[test]
+    fn the_likely_pieces_are_within_the_most() {
+        let max_io = 512 << 10;
+        assert_eq!(likely_pieces(1 << 20, max_io), 2);
+        assert_eq!(most_pieces(1 << 20, 1, max_io), 4);
+        assert_eq!(likely_pieces(4096, max_io), 1, "a small read is one");
+        for len in (4096..(3 << 20)).step_by(61_440) {
+            for max_io in [4096, 128 << 10, 512 << 10, 1280 << 10] {
+                let likely = likely_pieces(len, max_io);
+                assert!(likely <= most_pieces(len, 1, max_io), "{len} / {max_io}");
+                assert!(likely * max_io >= len, "{len} / {max_io}: covers it");
+            }
+        }
+    }
 }

@@ -311,14 +311,15 @@ pub struct Pacer {
     /// The application's mean gap between reads while it reads (for its
     /// pauses).
     app_gap: Duration,
-    /// Sharing, the application paused (see [`PAUSE`]), and when the
-    /// drive's reads in flight were last looked at in it.
+    /// Sharing, the application paused (see [`PAUSE`]).
     paused: bool,
-    pause_looked: Duration,
-    /// Alone: when the drive's counters were last looked at between
-    /// ticks, and whether they are (not after a learning that found no
-    /// application: the regular tick is left to find one).
-    alone_looked: Duration,
+    /// When the drive was last looked at between ticks: in a pause, for
+    /// reads in flight ([`PAUSE_LOOK`]); alone, for reads completed
+    /// ([`ALONE_LOOK`]). The two never overlap (a pause is in sharing).
+    looked_between_ticks: Duration,
+    /// Alone, whether the drive is looked at between ticks (not after a
+    /// learning that found no application: the regular tick is left to
+    /// find one).
     alone_looks: bool,
     /// The rate while sharing, and when it last changed.
     rate: f64,
@@ -396,8 +397,7 @@ impl Pacer {
             app_seen: None,
             app_gap: Duration::ZERO,
             paused: false,
-            pause_looked: Duration::ZERO,
-            alone_looked: Duration::ZERO,
+            looked_between_ticks: Duration::ZERO,
             alone_looks: true,
             rate: cfg.floor.0 as f64,
             app_reads_per_s: 0.0,
@@ -556,13 +556,20 @@ impl Pacer {
             .min(self.full())
     }
 
-    /// In a pause, at most every [`PAUSE_LOOK`]: whether others read now.
-    fn look_in_pause(&mut self, now: Duration) -> bool {
-        if now < self.pause_looked + PAUSE_LOOK {
+    /// Whether the drive may be looked at between ticks now, at most
+    /// `every` (each look reads a sysfs file; the executor asks for its
+    /// allowance many times per request): if so, the look is now.
+    fn may_look_between_ticks(&mut self, now: Duration, every: Duration) -> bool {
+        if now < self.looked_between_ticks + every {
             return false;
         }
-        self.pause_looked = now;
-        self.others_read_now()
+        self.looked_between_ticks = now;
+        true
+    }
+
+    /// In a pause, at most every [`PAUSE_LOOK`]: whether others read now.
+    fn look_in_pause(&mut self, now: Duration) -> bool {
+        self.may_look_between_ticks(now, PAUSE_LOOK) && self.others_read_now()
     }
 
     /// Alone, at most every [`ALONE_LOOK`]: whether an application began
@@ -576,11 +583,10 @@ impl Pacer {
         if self.phase != Phase::Alone
             || self.cfg.mode != YieldMode::Auto
             || !self.alone_looks
-            || now < self.alone_looked + ALONE_LOOK
+            || !self.may_look_between_ticks(now, ALONE_LOOK)
         {
             return false;
         }
-        self.alone_looked = now;
         let Some(dev) = self.device.as_mut() else {
             return false;
         };

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use super::device::Counters;
-use crate::io::account::OwnDone;
+use crate::io::account::{likely_pieces, OwnDone};
 
 /// Ticks summed into one estimate (the counters and our completions are
 /// read at slightly different moments; a window evens that out).
@@ -104,10 +104,9 @@ impl Separator {
         }
         // The application's and ours, less what the sections counted.
         let counted = now.since(last).since(uncounted);
-        // The block layer splits a request of ours longer than `max_io`
-        // into pieces that run side by side: each counts as a read, each
-        // for about our request's latency.
-        let pieces = |len: u64| len.div_ceil(max_io.max(4096)).max(1);
+        // A request of ours longer than `max_io` is several reads at
+        // the drive, each for about its latency.
+        let pieces = |len: u64| likely_pieces(len, max_io);
         let own_reads: u64 = own.reads.iter().map(|r| pieces(r.0)).sum();
         let own_ms: f64 = own
             .reads

@@ -158,3 +158,24 @@ fn a_learning_that_found_no_application_stops_the_looks_between_ticks() {
     r.tick_with(0, APP_READS, 0.4);
     assert!(matches!(r.pacer.phase, Phase::Learning { .. }));
 }
+
+/// Counters that cannot be read between ticks say nothing: the look
+/// finds no application (the regular tick decides), and the next look
+/// that can read them sees one.
+#[test]
+fn unreadable_counters_between_ticks_are_no_application() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    r.tick_with(8, 0, 0.0);
+    let counters = r.drive.counters.lock().unwrap().take();
+    for _ in 0..3 {
+        r.now += ALONE_LOOK;
+        assert!(!r.pacer.tick(r.now));
+        assert_eq!(r.pacer.phase, Phase::Alone, "nothing read");
+        assert_eq!(r.pacer.allowance().depth, 8);
+    }
+    *r.drive.counters.lock().unwrap() = counters;
+    r.drive.add(20, 8, 0);
+    r.now += ALONE_LOOK;
+    assert!(r.pacer.tick(r.now), "readable again: the application");
+    assert!(matches!(r.pacer.phase, Phase::Learning { .. }));
+}
