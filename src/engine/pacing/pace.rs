@@ -215,10 +215,12 @@ const REQUEST_TIME: f64 = CHUNK_TIME.as_secs_f64();
 /// wait, and its p99 goes over as soon as more than 1 % of them wait
 /// (half of that is ours; see [`Pacer::sharing_request`]). Past the
 /// largest request a higher rate is more requests: the rate is not
-/// held to the share. On one channel it is the law; on four it is not
-/// (tb4 · QD1 met the target at 12.3 MiB/s with our requests 2 % of the
-/// reader's reads), and a rate capped to the share would have held the
-/// testbed's QD1 readers to the floor (docs/benchmarks.md).
+/// held to the share. Measured to matter on the testbed's one channel
+/// (the request sizes in [`Pacer::sharing_request`]), not on four (tb4 ·
+/// QD1 met the target at 12.3 MiB/s with our requests 2 % of the
+/// reader's reads); a rate capped to the share would have held the
+/// testbed's QD1 readers to the floor (computed, not built:
+/// docs/benchmarks.md).
 const TAIL_SHARE: f64 = 0.005;
 /// The smallest request while sharing the drive.
 pub const MIN_REQUEST: u64 = 64 << 10;

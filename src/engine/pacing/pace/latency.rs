@@ -106,12 +106,11 @@ impl Separator {
         let counted = now.since(last).since(uncounted);
         // A request of ours longer than `max_io` is several reads at
         // the drive, each for about its latency.
-        let pieces = |len: u64| likely_pieces(len, max_io);
-        let own_reads: u64 = own.reads.iter().map(|r| pieces(r.0)).sum();
+        let own_reads: u64 = own.reads.iter().map(|r| likely_pieces(r.0, max_io)).sum();
         let own_ms: f64 = own
             .reads
             .iter()
-            .map(|r| pieces(r.0) as f64 * r.1.as_secs_f64() * 1e3)
+            .map(|r| likely_pieces(r.0, max_io) as f64 * r.1.as_secs_f64() * 1e3)
             .sum();
         let t = TickReads {
             reads: counted.reads as i64 - own_reads as i64,
