@@ -5,6 +5,7 @@
 
 mod age;
 mod architecture;
+mod block_reads;
 mod busy;
 mod cli;
 mod clock;

@@ -15,6 +15,7 @@
 
 pub mod account;
 pub mod backend;
+pub mod block_reads;
 pub mod buffers;
 pub mod error;
 pub mod fileio;

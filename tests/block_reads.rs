@@ -1,0 +1,110 @@
+//! Others' reads timed at the block layer (`refreshd::io::block_reads`):
+//! every read of the watched drive that is not at the refresh's own
+//! priorities is counted, and no other.
+
+use std::fs::{self, File};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use refreshd::io::block_reads::ReadTimes;
+
+use crate::helpers::*;
+
+/// Reads completed by the drive (`/sys/block/<dev>/stat`, field 0).
+fn drive_reads(name: &str) -> u64 {
+    let stat = fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
+    stat.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// `n` O_DIRECT 4 KiB reads of the block device, from a thread at the
+/// I/O priority `ioprio` (0: the default).
+fn read_device(dev: &str, n: u64, ioprio: u16) {
+    let dev = dev.to_string();
+    std::thread::spawn(move || {
+        // SAFETY: ioprio_set takes ints; 1 = a thread, 0 = this one.
+        let rc = unsafe { libc::syscall(libc::SYS_ioprio_set, 1, 0, libc::c_int::from(ioprio)) };
+        assert_eq!(rc, 0, "ioprio_set: {}", std::io::Error::last_os_error());
+        let f = File::options()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&dev)
+            .unwrap();
+        let mut pool = refreshd::io::buffers::BufferPool::new(1, 4096);
+        for i in 0..n {
+            f.read_exact_at(pool.get_mut(0), i * 8192).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+fn bpf_fds() -> usize {
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.unwrap().path()).ok())
+        .filter(|l| l.to_string_lossy().contains("bpf"))
+        .count()
+}
+
+#[test]
+fn privileged_reads_of_others_are_timed_and_ours_are_not() {
+    if !privileged("privileged_reads_of_others_are_timed_and_ours_are_not") {
+        return;
+    }
+    let watched = LoopFs::new("ext4", 64);
+    let other = LoopFs::new("ext4", 64);
+    let name = Path::new(&watched.dev)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
+    let fds = bpf_fds();
+    let times = ReadTimes::start(Path::new("/sys"), &[name.to_string()])
+        .unwrap_or_else(|e| panic!("timing reads on this kernel: {e}"));
+    assert!(bpf_fds() > fds, "the maps and programs are fds of ours");
+
+    let (h0, s0) = (times.histogram(), drive_reads(name));
+    read_device(&watched.dev, 300, 0);
+    let (h1, s1) = (times.histogram(), drive_reads(name));
+    let counted = h1.since(&h0).reads();
+    assert!(s1 - s0 >= 300, "the drive counted {}", s1 - s0);
+    assert_eq!(counted, s1 - s0, "every read of the drive's, timed");
+    let p50 = h1.since(&h0).quantile(0.5).unwrap();
+    assert!(
+        p50 > std::time::Duration::from_micros(1) && p50 < std::time::Duration::from_secs(1),
+        "{p50:?}"
+    );
+
+    // The refresh's own priorities: best-effort 7, and the idle class.
+    for ioprio in [(2 << 13) | 7, 3 << 13] {
+        let (h, s) = (times.histogram(), drive_reads(name));
+        read_device(&watched.dev, 200, ioprio);
+        assert!(drive_reads(name) - s >= 200);
+        assert_eq!(times.histogram().since(&h).reads(), 0, "ioprio {ioprio:#x}");
+    }
+    // Best-effort 6 is someone else's.
+    let h = times.histogram();
+    read_device(&watched.dev, 50, (2 << 13) | 6);
+    assert!(times.histogram().since(&h).reads() >= 50);
+
+    // Another drive's reads are not this one's.
+    let h = times.histogram();
+    read_device(&other.dev, 200, 0);
+    assert_eq!(times.histogram().since(&h).reads(), 0);
+
+    drop(times);
+    assert_eq!(
+        bpf_fds(),
+        fds,
+        "dropped: the programs detached, the maps freed"
+    );
+}
+
+#[test]
+fn a_drive_without_sysfs_entry_is_refused_with_its_path() {
+    let root = tempfile::tempdir().unwrap();
+    let e = ReadTimes::start(root.path(), &["sdz".to_string()]).unwrap_err();
+    assert!(e.0.contains("block/sdz/dev"), "{e}");
+    let e = ReadTimes::start(root.path(), &[]).unwrap_err();
+    assert!(e.0.contains("no drive"), "{e}");
+}
