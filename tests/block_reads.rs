@@ -104,7 +104,61 @@ fn privileged_reads_of_others_are_timed_and_ours_are_not() {
 fn a_drive_without_sysfs_entry_is_refused_with_its_path() {
     let root = tempfile::tempdir().unwrap();
     let e = ReadTimes::start(root.path(), &["sdz".to_string()]).unwrap_err();
-    assert!(e.0.contains("block/sdz/dev"), "{e}");
+    assert!(e.why.contains("block/sdz/dev"), "{e}");
     let e = ReadTimes::start(root.path(), &[]).unwrap_err();
-    assert!(e.0.contains("no drive"), "{e}");
+    assert!(e.why.contains("no drive"), "{e}");
+}
+
+/// Clears this thread's effective CAP_SYS_ADMIN, CAP_PERFMON and CAP_BPF
+/// (capabilities are per thread; the test's other threads keep theirs).
+fn drop_tracing_capabilities() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Default, Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: capget/capset with a v3 header and two data words, both
+    // ours for the call.
+    unsafe {
+        assert_eq!(libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()), 0);
+        d[0].effective &= !(1 << 21);
+        d[1].effective &= !((1 << (38 - 32)) | (1 << (39 - 32)));
+        assert_eq!(libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()), 0);
+    }
+}
+
+#[test]
+fn privileged_without_the_capabilities_nothing_is_asked_of_bpf() {
+    if !privileged("privileged_without_the_capabilities_nothing_is_asked_of_bpf") {
+        return;
+    }
+    let watched = LoopFs::new("ext4", 64);
+    let name = Path::new(&watched.dev)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let e = std::thread::spawn(move || {
+        drop_tracing_capabilities();
+        ReadTimes::start(Path::new("/sys"), &[name]).unwrap_err()
+    })
+    .join()
+    .unwrap();
+    // Refused by the check before any `bpf` call (a refused `bpf` says
+    // what it was creating).
+    assert!(e.why.contains("which this process does not have"), "{e}");
+    assert!(!e.again, "a capability is the thread's: not remembered");
 }

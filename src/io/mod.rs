@@ -12,6 +12,8 @@
 //!   (openat2, or a checked component walk where it is refused);
 //!   [`fsid`]: a filesystem's identity across reboots; [`refused`]: the
 //!   calls a sandbox refused, counted.
+//! - [`block_reads`]: others' reads of a drive timed one by one at the
+//!   block layer (eBPF), for the pacer's view of the application's tail.
 
 pub mod account;
 pub mod backend;

@@ -149,8 +149,31 @@ fn a_tracepoint_laid_out_otherwise_is_refused() {
         )
         .replace("offset:34;\tsize:10", "offset:32;\tsize:8");
     let e = check_format("block_rq_complete", &old).unwrap_err();
-    assert!(e.0.contains("no field `unsigned short ioprio;`"), "{e}");
+    assert!(e.why.contains("no field `unsigned short ioprio;`"), "{e}");
     let moved = COMPLETE_6_18.replace("offset:16;\tsize:8", "offset:20;\tsize:8");
     let e = check_format("block_rq_complete", &moved).unwrap_err();
-    assert!(e.0.contains("sector") && e.0.contains("offset:20"), "{e}");
+    assert!(
+        e.why.contains("sector") && e.why.contains("offset:20"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tracing_is_asked_for_only_with_the_capabilities_it_needs() {
+    let status =
+        |eff: &str| format!("Name:\trefreshd\nCapInh:\t0000000000000000\nCapEff:\t{eff}\n");
+    // root: everything.
+    may_trace(&status("000001ffffffffff")).unwrap();
+    // CAP_BPF and CAP_PERFMON.
+    may_trace(&status("000000c000000000")).unwrap();
+    // CAP_SYS_ADMIN alone (before Linux 5.8 the only way).
+    may_trace(&status("0000000000200000")).unwrap();
+    // The shipped unit's set: CAP_CHOWN, CAP_DAC_OVERRIDE,
+    // CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_LEASE.
+    let e = may_trace(&status("000000001000000f")).unwrap_err();
+    assert!(e.why.contains("CAP_BPF and CAP_PERFMON"), "{e}");
+    // One of the two is not enough.
+    may_trace(&status("0000008000000000")).unwrap_err();
+    may_trace(&status("0000004000000000")).unwrap_err();
+    assert!(may_trace("Name:\tx\n").is_err());
 }
