@@ -16,6 +16,11 @@
 //! `--yield off` (≥ 0.95×). The last lines are the matrix as a Markdown
 //! table.
 //!
+//! Beside each run's ratios, in brackets: the p99 and p99.9 of the
+//! drive's reads over the run (the reader's at the block layer, ours left
+//! out: `refreshd::io::block_reads`), against the idle run's; where reads
+//! cannot be timed the brackets are left out, said once per device.
+//!
 //! Knobs: `REFRESHD_BENCH_ONLY` (device names, comma-separated: tb1, tb2,
 //! tb4, tb8, tb-link, tb-fade, loop-none, loop-mq-deadline, loop-bfq),
 //! `REFRESHD_BENCH_READERS` (qd1, qd8, mmap, bursty),
@@ -118,8 +123,14 @@ struct Runs {
 fn cell(bed: &Bed<'_>, reader: Reader, runs: Runs, rates: &[u64]) -> Cell {
     let case = |extra: Option<&[&str]>| repeat_case(bed, reader, extra, runs.secs, runs.repeats);
     let idle = case(None).lat;
+    let idle_block = idle.block.map_or(String::new(), |b| {
+        format!(
+            "; the drive's reads p99 {:.3} ms, p99.9 {:.3} ms",
+            b.p99_ms, b.p999_ms
+        )
+    });
     println!(
-        "\n{} · {}: idle {:.0} IOPS, mean {:.3} ms, p99 {:.3} ms",
+        "\n{} · {}: idle {:.0} IOPS, mean {:.3} ms, p99 {:.3} ms{idle_block}",
         bed.name,
         reader.about(),
         idle.iops,
@@ -138,8 +149,16 @@ fn cell(bed: &Bed<'_>, reader: Reader, runs: Runs, rates: &[u64]) -> Cell {
         } else {
             String::new()
         };
+        let block = match (l.block, idle.block) {
+            (Some(b), Some(i)) => format!(
+                "  [drive's reads: p99 {:.2}× p99.9 {:.2}×]",
+                b.p99_ms / i.p99_ms,
+                b.p999_ms / i.p999_ms
+            ),
+            _ => String::new(),
+        };
         println!(
-            "  {name:<10} mean {:>5.2}×  p99 {:>5.2}×  refresh {:>6.1} MiB/s while the reader ran{}{spread}",
+            "  {name:<10} mean {:>5.2}×  p99 {:>5.2}×  refresh {:>6.1} MiB/s while the reader ran{}{block}{spread}",
             l.mean_ms / idle.mean_ms,
             l.p99_ms / idle.p99_ms,
             o.mib_per_s,

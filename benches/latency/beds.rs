@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use refreshd::io::block_reads::ReadTimes;
+
 use crate::helpers::{pattern, LoopFs};
 
 pub const MIB: u64 = 1 << 20;
@@ -16,6 +18,17 @@ pub struct Bed<'a> {
     pub name: String,
     pub dir: PathBuf,
     pub age: Box<dyn Fn() + 'a>,
+    /// Others' reads of its block device, timed (`None`: this kernel or
+    /// these privileges cannot; said once).
+    pub reads: Option<ReadTimes>,
+}
+
+/// Times the reads of the block device `dev` (`/dev/loop3`).
+fn time_reads(dev: &str) -> Option<ReadTimes> {
+    let name = dev.trim_start_matches("/dev/").to_string();
+    ReadTimes::start(Path::new("/sys"), &[name])
+        .map_err(|e| eprintln!("the drive's reads are not timed: {e}"))
+        .ok()
 }
 
 pub const NAMES: [&str; 9] = [
@@ -113,6 +126,7 @@ pub fn bed<'a>(name: &str, device: &'a Device, data_mib: u64) -> Bed<'a> {
                     d.age(6.0);
                     write_app_file(&app);
                 }),
+                reads: time_reads(&d.loop_dev),
             }
         }
         Device::Loop(fs) => {
@@ -122,6 +136,7 @@ pub fn bed<'a>(name: &str, device: &'a Device, data_mib: u64) -> Bed<'a> {
                 name: name.into(),
                 dir,
                 age: Box::new(|| {}),
+                reads: time_reads(&fs.dev),
             }
         }
     }

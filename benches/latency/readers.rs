@@ -11,6 +11,17 @@ pub struct Latencies {
     pub iops: f64,
     pub mean_ms: f64,
     pub p99_ms: f64,
+    /// The same run's reads as the drive served them (others' reads at
+    /// the block layer: the reader's, ours left out), where they can be
+    /// timed; for the pacer's next signal.
+    pub block: Option<BlockTail>,
+}
+
+/// The tail of the drive's reads over a run, in ms.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockTail {
+    pub p99_ms: f64,
+    pub p999_ms: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +119,7 @@ fn fio(file: &Path, secs: Duration, stop: &AtomicBool, depth: u32) -> Latencies 
         iops: read["iops"].as_f64().unwrap(),
         mean_ms: read["clat_ns"]["mean"].as_f64().unwrap() / 1e6,
         p99_ms: pct("99.000000"),
+        block: None,
     }
 }
 
@@ -249,5 +261,6 @@ fn summarize(lat: &mut [Duration], ran: Duration) -> Latencies {
         iops: lat.len() as f64 / ran.as_secs_f64(),
         mean_ms: lat.iter().map(Duration::as_secs_f64).sum::<f64>() * 1e3 / n as f64,
         p99_ms: at(0.99),
+        block: None,
     }
 }

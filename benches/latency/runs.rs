@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::beds::{Bed, MIB};
-use crate::readers::{Latencies, Reader};
+use crate::readers::{BlockTail, Latencies, Reader};
 
 /// What the refresh did while the reader ran.
 #[derive(Debug, Clone, Copy)]
@@ -111,7 +111,16 @@ pub fn run_case(
     let refresh = extra.map(|x| Refresh::start(&bed.dir, x));
     let never = AtomicBool::new(false);
     let stop = refresh.as_ref().map_or(&never, |r| &*r.ended);
-    let lat = reader.run(&bed.dir.join("app"), window, stop);
+    let before = bed.reads.as_ref().map(|r| r.histogram());
+    let mut lat = reader.run(&bed.dir.join("app"), window, stop);
+    lat.block = bed.reads.as_ref().zip(before).and_then(|(r, b)| {
+        let h = r.histogram().since(&b);
+        let ms = |q: f64| h.quantile(q).map(|d| d.as_secs_f64() * 1e3);
+        Some(BlockTail {
+            p99_ms: ms(0.99)?,
+            p999_ms: ms(0.999)?,
+        })
+    });
     let outcome = refresh.map(|r| {
         let (bytes, ran) = r.finish(window);
         Outcome {
@@ -159,10 +168,15 @@ pub fn repeat_case(
         .collect();
     let each: Vec<Latencies> = runs.iter().map(|r| r.0).collect();
     let of = |f: fn(&Latencies) -> f64| median(each.iter().map(f).collect());
+    let blocks: Vec<BlockTail> = each.iter().filter_map(|l| l.block).collect();
     let lat = Latencies {
         iops: of(|l| l.iops),
         mean_ms: of(|l| l.mean_ms),
         p99_ms: of(|l| l.p99_ms),
+        block: (blocks.len() == each.len()).then(|| BlockTail {
+            p99_ms: median(blocks.iter().map(|b| b.p99_ms).collect()),
+            p999_ms: median(blocks.iter().map(|b| b.p999_ms).collect()),
+        }),
     };
     let outcomes: Vec<f64> = runs
         .iter()

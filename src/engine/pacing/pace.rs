@@ -102,6 +102,10 @@
 //! meanwhile, are looked at before the first request ([`START_LOOKS`]);
 //! a reader that pauses just then is seen by the first tick.
 //!
+//! Where the drive's reads can be timed one by one ([`tail`],
+//! `crate::io::block_reads`), the application's p99 there is learned
+//! beside its mean and shown; the law does not steer on it.
+//!
 //! Without readable counters (a device sysfs does not describe) it keeps
 //! the configured rate and halves its depth when its own reads queue
 //! behind each other ([`blind`]). If idle-class reads are starved below
@@ -121,6 +125,7 @@ mod floor;
 mod latency;
 mod rate_trial;
 mod shared;
+mod tail;
 #[cfg(test)]
 mod tests;
 
@@ -365,6 +370,8 @@ pub struct Pacer {
     blind: blind::Blind,
     /// Others read the drive before our first request on it.
     busy_at_start: bool,
+    /// The application's p99 at the drive, where its reads are timed.
+    tail: tail::Tail,
 }
 
 impl Drop for Pacer {
@@ -425,6 +432,7 @@ impl Pacer {
             floor_check: (Duration::ZERO, 0),
             blind: blind::Blind::new(max_depth),
             busy_at_start: false,
+            tail: tail::Tail::default(),
         };
         p.set_read_ioprio();
         p
@@ -454,6 +462,7 @@ impl Pacer {
             self.app_gap = Duration::ZERO;
             self.leave_sharing();
             self.alone_looks = true;
+            self.tail = tail::Tail::default();
             self.busy_at_start = self.cfg.mode == YieldMode::Auto && self.others_read_at_start();
         }
     }
@@ -718,6 +727,17 @@ impl Pacer {
     /// floor is a promise: best-effort 7 keeps a scheduler that starves
     /// the idle class from starving it), or for good once idle-class reads
     /// fell below half the floor for two seconds.
+    /// The drive's reads timed one by one so far, the application's:
+    /// only while ours run at priorities the timing leaves out (with
+    /// `io_priority = "inherit"` it would count ours as the
+    /// application's).
+    fn read_times(&mut self) -> Option<crate::io::block_reads::Histogram> {
+        if !matches!(self.cfg.priority, IoPriority::Idle) {
+            return None;
+        }
+        self.device.as_mut()?.read_times()
+    }
+
     fn set_read_ioprio(&self) {
         let sharing = matches!(self.phase, Phase::Sharing);
         let p = match self.cfg.priority {

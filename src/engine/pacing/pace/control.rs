@@ -101,6 +101,8 @@ impl Pacer {
             self.depth = t.before;
         }
         self.forget_rate_trial(true);
+        let counts = self.read_times();
+        self.tail.restart(counts);
         self.show(None);
     }
 
@@ -115,6 +117,8 @@ impl Pacer {
         self.span = Default::default();
         self.learned = (0, 0.0);
         self.reads.restart();
+        let counts = self.read_times();
+        self.tail.start_learning(counts);
     }
 
     /// Silent: the application's reads now are its latency alone. The
@@ -168,6 +172,8 @@ impl Pacer {
         self.decided = now;
         self.count_app_reads(self.reads.reads_per_sec(TICK));
         self.reads.restart();
+        let counts = self.read_times();
+        self.tail.learned(counts);
         self.show(None);
     }
 
@@ -178,6 +184,8 @@ impl Pacer {
             return;
         };
         let ratio = app / alone.max(0.001);
+        let counts = self.read_times();
+        let tail = self.tail.decide(counts);
         self.judge_depth_trial(ratio);
         let went_back = self.judge_rate_trial(ratio);
         let floor = self.floor() as f64;
@@ -206,6 +214,7 @@ impl Pacer {
             app_ms = app,
             alone_ms = alone,
             ratio,
+            tail_ratio = tail,
             rate_mib = self.rate / f64::from(1 << 20),
             depth = self.sharing_depth(),
             "pacer decided"
@@ -374,6 +383,8 @@ impl Pacer {
         });
         self.decided = now;
         self.reads.restart();
+        let counts = self.read_times();
+        self.tail.restart(counts);
         self.depth = next;
     }
 
@@ -421,6 +432,7 @@ impl Pacer {
         self.depth = 1;
         self.span = Default::default();
         self.floor_account = Default::default();
+        self.tail.stop_showing();
         self.status.set(None);
     }
 
@@ -467,7 +479,7 @@ impl Pacer {
             }
             None => format!("the application reads on {name}; {refresh}"),
         };
-        let reason = reason + &self.behind_the_floor();
+        let reason = reason + &self.behind_the_floor() + &self.tail.shown().unwrap_or_default();
         let since = self
             .status
             .yielding()

@@ -3,6 +3,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::io::block_reads::{Histogram, ReadTimes};
+
 /// A drive's cumulative counters (`/sys/block/<dev>/stat`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -47,6 +49,11 @@ pub trait DeviceCounters: Send {
     fn reads_in_flight(&mut self) -> Option<u64> {
         None
     }
+    /// Others' reads timed one by one so far (see
+    /// [`crate::io::block_reads`]); `None` where they cannot be.
+    fn read_times(&mut self) -> Option<Histogram> {
+        None
+    }
 }
 
 /// `/sys/block/<name>/stat` of one or more whole drives, summed.
@@ -56,6 +63,11 @@ pub struct SysBlock {
     stats: Vec<PathBuf>,
     inflight: Vec<PathBuf>,
     max_io: u64,
+    drives: Vec<String>,
+    sys: PathBuf,
+    /// Started when first asked for (a `SysBlock` is made for every
+    /// file; the pacer keeps the one of a drive it already watches).
+    times: Option<Option<ReadTimes>>,
 }
 
 impl SysBlock {
@@ -80,6 +92,9 @@ impl SysBlock {
                 .map(|d| block.join(d).join("inflight"))
                 .collect(),
             max_io,
+            drives: drives.to_vec(),
+            sys: sys.to_path_buf(),
+            times: None,
         };
         Some(s)
     }
@@ -123,6 +138,23 @@ impl DeviceCounters for SysBlock {
             sum += text.split_whitespace().next()?.parse::<u64>().ok()?;
         }
         Some(sum)
+    }
+
+    fn read_times(&mut self) -> Option<Histogram> {
+        let (sys, drives, name) = (&self.sys, &self.drives, &self.name);
+        let times = self.times.get_or_insert_with(|| {
+            ReadTimes::start(sys, drives)
+                .map_err(|e| {
+                    if !e.again {
+                        tracing::info!(
+                            "the application's reads on {name} are not timed one by one \
+                             (the pacer sees their mean; status shows no p99): {e}"
+                        )
+                    }
+                })
+                .ok()
+        });
+        times.as_ref().map(ReadTimes::histogram)
     }
 }
 

@@ -7,6 +7,7 @@ use crate::engine::types::chunk_for_rate;
 mod floor;
 mod looks;
 mod rate_trial;
+mod tail;
 
 /// A drive whose counters the test moves.
 #[derive(Clone, Default)]
@@ -19,9 +20,20 @@ struct FakeDrive {
     /// Others' reads that complete while the reads in flight are looked
     /// at (counted at the next look).
     done_while_looked_at: Arc<Mutex<u64>>,
+    /// Others' reads timed one by one (`None`: not timed), and how long
+    /// each read since the last look took ([`FakeDrive::read_for`]).
+    times: Arc<Mutex<Option<(crate::io::block_reads::Histogram, u64, Duration)>>>,
 }
 
 impl FakeDrive {
+    /// From now on, `reads` reads of `each` between two looks at the
+    /// timed reads.
+    fn read_for(&self, reads: u64, each: Duration) {
+        let mut t = self.times.lock().unwrap();
+        let h = t.take().map(|t| t.0).unwrap_or_default();
+        *t = Some((h, reads, each));
+    }
+
     /// `reads` reads taking `ms` milliseconds in all, and `writes` writes.
     fn add(&self, reads: u64, ms: u64, writes: u64) {
         let mut c = self.counters.lock().unwrap();
@@ -48,6 +60,14 @@ impl DeviceCounters for FakeDrive {
         let done = std::mem::take(&mut *self.done_while_looked_at.lock().unwrap());
         self.add(done, done, 0);
         Some(*self.in_flight.lock().unwrap())
+    }
+    fn read_times(&mut self) -> Option<crate::io::block_reads::Histogram> {
+        let mut t = self.times.lock().unwrap();
+        let (h, reads, each) = t.as_mut()?;
+        for _ in 0..*reads {
+            h.add(*each);
+        }
+        Some(h.clone())
     }
 }
 
