@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use refreshd::io::block_reads::ReadTimes;
 
+use crate::helpers::kernel::Tracefs;
 use crate::helpers::{pattern, LoopFs};
 
 pub const MIB: u64 = 1 << 20;
@@ -21,6 +22,8 @@ pub struct Bed<'a> {
     /// Others' reads of its block device, timed (`None`: this kernel or
     /// these privileges cannot; said once).
     pub reads: Option<ReadTimes>,
+    /// Mounted for the refresh's own timing too, while the bed lives.
+    pub _tracefs: Tracefs,
 }
 
 /// Times the reads of the block device `dev` (`/dev/loop3`).
@@ -126,6 +129,7 @@ pub fn bed<'a>(name: &str, device: &'a Device, data_mib: u64) -> Bed<'a> {
                     d.age(6.0);
                     write_app_file(&app);
                 }),
+                _tracefs: Tracefs::new(),
                 reads: time_reads(&d.loop_dev),
             }
         }
@@ -136,6 +140,7 @@ pub fn bed<'a>(name: &str, device: &'a Device, data_mib: u64) -> Bed<'a> {
                 name: name.into(),
                 dir,
                 age: Box::new(|| {}),
+                _tracefs: Tracefs::new(),
                 reads: time_reads(&fs.dev),
             }
         }

@@ -1,32 +1,39 @@
 //! Others' reads on a drive, timed one by one where the drive serves
-//! them: a pair of eBPF programs on the block layer's tracepoints
-//! (`block_rq_issue`, `block_rq_complete`) count each read's time from
-//! issue to completion in a histogram the refresh reads without a system
-//! call. The drive's counters (`/sys/block/<dev>/stat`) give only the
-//! mean; this gives the tail.
+//! them: eBPF programs on the block layer's tracepoints
+//! (`block_rq_insert`/`block_rq_issue`, `block_rq_complete`) count each
+//! read's time from when it is queued for the drive to its completion
+//! in a histogram the refresh reads without a system call. The drive's
+//! counters (`/sys/block/<dev>/stat`) give only the mean; this gives the
+//! tail.
 //!
 //! **Whose reads.** Reads at best-effort 7 or in the idle class are left
 //! out: the refresh's own (`io_priority = "idle"`, the default), and any
 //! other background work that asked to come last. With `io_priority =
-//! "inherit"` the refresh's reads are counted as the application's.
+//! "inherit"` the refresh's reads would be counted as the application's
+//! (the pacer does not use them then). Buffered reads of the refresh
+//! (the kernel's reads to open and plan a file, relocation's copies)
+//! carry the thread's priority, not the request's: outside
+//! `IOSchedulingClass=idle` they are counted as the application's.
 //!
-//! **What it costs.** A hash update at issue and a lookup, delete and
-//! atomic add at completion, per read of a watched drive: a loop device
-//! over this VM's disk read 19,000 4 KiB reads/s at QD1 without it and
-//! 1.5–1.8 % fewer with it (three runs each, alternating; tracing the same
-//! events through tracefs's text cost the reader 35–50 %).
+//! **What it costs.** A hash update when a read is queued and a lookup,
+//! delete and atomic add at its completion, per read of a watched drive
+//! (every completion of any drive is looked up in the watched drives):
+//! a loop device over this VM's disk read 19,000 4 KiB reads/s at QD1
+//! without it and 1.5–1.8 % fewer with it (three runs each, alternating,
+//! the first version that stamped at issue only; tracing the same events
+//! through tracefs's text cost the reader 35–50 %).
 //!
 //! **What it needs.** Linux ≥ 6.5 (`ioprio` in the tracepoints), tracefs
 //! mounted at `/sys/kernel/tracing` (for the tracepoints' ids and
 //! formats), `CAP_BPF` and `CAP_PERFMON` (or `CAP_SYS_ADMIN`), and a
 //! seccomp filter that allows `bpf` and `perf_event_open`. Without any
-//! of these [`ReadTimes::start`] says which, and nothing else changes.
+//! of these [`ReadTimes::start`] says which, and nothing else changes;
+//! without the capabilities it asks nothing of `bpf`.
 
 use std::fmt;
 use std::fs;
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::OnceLock;
 
 mod asm;
 mod histogram;
@@ -39,22 +46,21 @@ pub use histogram::Histogram;
 use programs::{Maps, BUCKETS};
 
 const TRACEFS: &str = "/sys/kernel/tracing/events/block";
-/// Requests in flight the programs can follow at once, per drive set
-/// (least recently issued forgotten past it).
-const IN_FLIGHT: u32 = 4096;
+/// Reads in flight the programs can follow at once, per drive set: past
+/// it a read goes untimed (not a slow one forgotten: the stamps are not
+/// evicted). A drive queues at most `nr_requests` (64–256 per hardware
+/// queue by default).
+const IN_FLIGHT: u32 = 16384;
 
 /// Why reads cannot be timed here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unavailable {
     pub why: String,
-    /// Refused before in this process, for the same reason (the kernel's
-    /// or the sandbox's, not the drive's): not worth saying again.
-    pub again: bool,
 }
 
 impl Unavailable {
     fn new(why: String) -> Unavailable {
-        Unavailable { why, again: false }
+        Unavailable { why }
     }
 }
 
@@ -64,10 +70,6 @@ impl fmt::Display for Unavailable {
     }
 }
 
-/// The first refusal of the kernel or the sandbox (tracefs, `bpf`,
-/// `perf_event_open`): not asked again in this process.
-static REFUSED: OnceLock<Unavailable> = OnceLock::new();
-
 impl std::error::Error for Unavailable {}
 
 /// The reads of a set of drives (one drive, or the members of an
@@ -76,7 +78,7 @@ pub struct ReadTimes {
     counts: sys::MappedCounts,
     // Closing these detaches the programs and frees the maps; the
     // events go first.
-    _events: [OwnedFd; 2],
+    _events: [OwnedFd; 3],
     _programs: [OwnedFd; 2],
     _maps: [OwnedFd; 3],
 }
@@ -111,35 +113,28 @@ impl ReadTimes {
         if devs.is_empty() {
             return Err(Unavailable::new("no drive to watch".into()));
         }
-        if let Some(refused) = REFUSED.get() {
-            return Err(Unavailable {
-                again: true,
-                ..refused.clone()
-            });
-        }
         let status = fs::read_to_string("/proc/thread-self/status")
             .map_err(|e| Unavailable::new(format!("/proc/thread-self/status: {e}")))?;
         may_trace(&status)?;
         let tracefs = Path::new(TRACEFS);
-        let attached = tracepoint(tracefs, "block_rq_issue").and_then(|issue| {
-            let complete = tracepoint(tracefs, "block_rq_complete")?;
-            Self::attach(&devs, issue, complete)
-        });
-        attached.inspect_err(|e| {
-            let _ = REFUSED.set(e.clone());
-        })
+        let tracepoints = Tracepoints {
+            insert: tracepoint(tracefs, "block_rq_insert")?,
+            issue: tracepoint(tracefs, "block_rq_issue")?,
+            complete: tracepoint(tracefs, "block_rq_complete")?,
+        };
+        Self::attach(&devs, tracepoints)
     }
 
-    fn attach(devs: &[u32], issue: u64, complete: u64) -> Result<ReadTimes, Unavailable> {
+    fn attach(devs: &[u32], tp: Tracepoints) -> Result<ReadTimes, Unavailable> {
         let refused = |what: &str, e: std::io::Error| {
             Unavailable::new(format!(
                 "{what}: {e} (timing reads needs CAP_BPF and CAP_PERFMON, and bpf and \
                  perf_event_open allowed by the seccomp filter)"
             ))
         };
-        let drives = sys::create_map(sys::MAP_HASH, 4, 4, 64, 0, "refreshd_drives")
+        let drives = sys::create_map(sys::MAP_HASH, 4, 4, devs.len() as u32, 0, "refreshd_drives")
             .map_err(|e| refused("creating a BPF map", e))?;
-        let issued = sys::create_map(sys::MAP_LRU_HASH, 16, 8, IN_FLIGHT, 0, "refreshd_issued")
+        let queued = sys::create_map(sys::MAP_HASH, 16, 8, IN_FLIGHT, 0, "refreshd_queued")
             .map_err(|e| refused("creating a BPF map", e))?;
         let hist = sys::create_map(
             sys::MAP_ARRAY,
@@ -156,7 +151,7 @@ impl ReadTimes {
         use std::os::fd::AsRawFd;
         let maps = Maps {
             drives: drives.as_raw_fd(),
-            issued: issued.as_raw_fd(),
+            queued: queued.as_raw_fd(),
             histogram: hist.as_raw_fd(),
         };
         let load = |insns: Vec<asm::Insn>, name: &str| {
@@ -164,19 +159,22 @@ impl ReadTimes {
                 Unavailable::new(format!("the kernel refused the program {name}: {e}: {log}"))
             })
         };
-        let on_issue = load(programs::on_issue(maps), "refreshd_issue")?;
+        let on_queued = load(programs::on_queued(maps), "refreshd_queued")?;
         let on_complete = load(programs::on_complete(maps), "refreshd_done")?;
         let counts = sys::MappedCounts::new(&hist, BUCKETS)
             .map_err(|e| Unavailable::new(format!("mapping the histogram: {e}")))?;
-        let e1 =
-            sys::attach(issue, &on_issue).map_err(|e| refused("attaching to block_rq_issue", e))?;
-        let e2 = sys::attach(complete, &on_complete)
-            .map_err(|e| refused("attaching to block_rq_complete", e))?;
+        let attach = |id: u64, program: &OwnedFd, name: &str| {
+            sys::attach(id, program).map_err(|e| refused(&format!("attaching to {name}"), e))
+        };
+        // The completion first: a read stamped before it could count.
+        let done = attach(tp.complete, &on_complete, "block_rq_complete")?;
+        let issued = attach(tp.issue, &on_queued, "block_rq_issue")?;
+        let inserted = attach(tp.insert, &on_queued, "block_rq_insert")?;
         Ok(ReadTimes {
             counts,
-            _events: [e2, e1],
-            _programs: [on_issue, on_complete],
-            _maps: [drives, issued, hist],
+            _events: [inserted, issued, done],
+            _programs: [on_queued, on_complete],
+            _maps: [drives, queued, hist],
         })
     }
 
@@ -211,6 +209,13 @@ fn may_trace(status: &str) -> Result<(), Unavailable> {
                 .into(),
         ))
     }
+}
+
+/// The block layer's tracepoints the programs attach to, by id.
+struct Tracepoints {
+    insert: u64,
+    issue: u64,
+    complete: u64,
 }
 
 /// The tracepoint's id, once its format is checked to be the one the

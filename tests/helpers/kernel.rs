@@ -1,7 +1,8 @@
 //! Guards for kernel state that tests change: a sysctl (restored on drop),
 //! a block-I/O write limit for this test process (a cgroup, removed on
-//! drop, the process moved back first) and the host's DAMON reclaim
-//! (paused, started again on drop). All also on panic.
+//! drop, the process moved back first), the host's DAMON reclaim
+//! (paused, started again on drop) and tracefs (mounted where it is not,
+//! unmounted on drop). All also on panic.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -158,5 +159,42 @@ impl Drop for WriteLimit {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         eprintln!("could not remove test cgroup {}", self.dir.display());
+    }
+}
+
+/// tracefs at `/sys/kernel/tracing`, for timing reads
+/// (`refreshd::io::block_reads` reads the tracepoints' ids and formats
+/// there): mounted while held if the host has not mounted it (a host
+/// without systemd, as this one), then unmounted. One holder at a time
+/// in a process (another's unmount would pull it from under a start).
+pub struct Tracefs {
+    mounted: bool,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Tracefs {
+    pub fn new() -> Tracefs {
+        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = Path::new("/sys/kernel/tracing");
+        let mounted = !dir.join("events").exists();
+        if mounted {
+            crate::helpers::run(
+                std::process::Command::new("mount")
+                    .args(["-t", "tracefs", "tracefs"])
+                    .arg(dir),
+            );
+        }
+        Tracefs { mounted, _one: one }
+    }
+}
+
+impl Drop for Tracefs {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = std::process::Command::new("umount")
+                .arg("/sys/kernel/tracing")
+                .status();
+        }
     }
 }

@@ -102,9 +102,13 @@
 //! meanwhile, are looked at before the first request ([`START_LOOKS`]);
 //! a reader that pauses just then is seen by the first tick.
 //!
-//! Where the drive's reads can be timed one by one ([`tail`],
-//! `crate::io::block_reads`), the application's p99 there is learned
-//! beside its mean and shown; the law does not steer on it.
+//! **The tail, seen.** Where the drive's reads can be timed one by one
+//! ([`tail`], `crate::io::block_reads`), the application's p99 there is
+//! learned beside its mean and shown; the law does not steer on it (cut
+//! at 1.15× a half second's p99, it held the loop devices' QD1 p99 and
+//! the rate at 6–7.5 MiB/s, under the best fixed 16–32: fewer cells met;
+//! docs/benchmarks.md). Without the timing (the shipped unit leaves out
+//! the capabilities it needs), nothing is shown.
 //!
 //! Without readable counters (a device sysfs does not describe) it keeps
 //! the configured rate and halves its depth when its own reads queue
@@ -723,10 +727,6 @@ impl Pacer {
         }
     }
 
-    /// Reads run in the idle class, except while sharing the drive (the
-    /// floor is a promise: best-effort 7 keeps a scheduler that starves
-    /// the idle class from starving it), or for good once idle-class reads
-    /// fell below half the floor for two seconds.
     /// The drive's reads timed one by one so far, the application's:
     /// only while ours run at priorities the timing leaves out (with
     /// `io_priority = "inherit"` it would count ours as the
@@ -738,6 +738,10 @@ impl Pacer {
         self.device.as_mut()?.read_times()
     }
 
+    /// Reads run in the idle class, except while sharing the drive (the
+    /// floor is a promise: best-effort 7 keeps a scheduler that starves
+    /// the idle class from starving it), or for good once idle-class reads
+    /// fell below half the floor for two seconds.
     fn set_read_ioprio(&self) {
         let sharing = matches!(self.phase, Phase::Sharing);
         let p = match self.cfg.priority {

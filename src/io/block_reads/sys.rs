@@ -36,7 +36,6 @@ const MAP_UPDATE_ELEM: i64 = 2;
 const PROG_LOAD: i64 = 5;
 pub const MAP_HASH: u32 = 1;
 pub const MAP_ARRAY: u32 = 2;
-pub const MAP_LRU_HASH: u32 = 9;
 /// `BPF_F_MMAPABLE`: an array user space maps.
 pub const MAPPABLE: u32 = 1 << 10;
 const PROG_TRACEPOINT: u32 = 5;
@@ -122,12 +121,15 @@ pub fn attach(tracepoint_id: u64, program: &OwnedFd) -> Result<OwnedFd, Error> {
     const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
     const SET_BPF: libc::c_ulong = 0x4004_2408;
     const ENABLE: libc::c_ulong = 0x2400;
-    // `struct perf_event_attr`: type, size, config, sample_period.
+    const DISABLED: u64 = 1;
+    // `struct perf_event_attr`: type, size, config, sample_period, and
+    // the flags (opened disabled: enabled once the program is set).
     let a = Attr::new()
         .u32(0, PERF_TYPE_TRACEPOINT)
         .u32(4, 128)
         .u64(8, tracepoint_id)
-        .u64(16, 1);
+        .u64(16, 1)
+        .u64(40, DISABLED);
     // SAFETY: the attribute outlives the call; pid -1 and cpu 0 with no
     // group is a system-wide event, returning a new fd we own.
     let rc = unsafe {

@@ -117,8 +117,8 @@ impl Pacer {
         self.span = Default::default();
         self.learned = (0, 0.0);
         self.reads.restart();
-        let counts = self.read_times();
-        self.tail.start_learning(counts);
+        // Its tail is counted from the tick the mean starts counting.
+        self.tail.start_learning(None);
     }
 
     /// Silent: the application's reads now are its latency alone. The
@@ -137,6 +137,8 @@ impl Pacer {
                 until,
                 primed: true,
             };
+            let counts = self.read_times();
+            self.tail.start_learning(counts);
         }
         if let Some(t) = tick.filter(|_| primed && self.own.reads_in_flight() == 0) {
             self.learned.0 += t.reads.max(0) as u64;

@@ -2,6 +2,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::io::block_reads::{Histogram, ReadTimes};
 
@@ -145,7 +146,10 @@ impl DeviceCounters for SysBlock {
         let times = self.times.get_or_insert_with(|| {
             ReadTimes::start(sys, drives)
                 .map_err(|e| {
-                    if !e.again {
+                    // Once per process: the reason is the host's or the
+                    // sandbox's, the same for every drive.
+                    static SAID: AtomicBool = AtomicBool::new(false);
+                    if !SAID.swap(true, Ordering::Relaxed) {
                         tracing::info!(
                             "the application's reads on {name} are not timed one by one \
                              (the pacer sees their mean; status shows no p99): {e}"
