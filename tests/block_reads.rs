@@ -64,8 +64,7 @@ fn privileged_reads_of_others_are_timed_and_ours_are_not() {
         .unwrap_or_else(|e| panic!("timing reads on this kernel: {e}"));
     assert!(bpf_fds() > fds, "the maps and programs are fds of ours");
 
-    // Queued through a scheduler (stamped at insert, not again at
-    // issue) or straight to the drive (at issue): each read once.
+    // Through a scheduler or straight to the drive: each read once.
     for scheduler in ["mq-deadline", "bfq", "none"] {
         fs::write(format!("/sys/block/{name}/queue/scheduler"), scheduler).unwrap();
         let (h0, s0) = (times.histogram(), drive_reads(name));

@@ -1,10 +1,11 @@
 //! Others' reads on a drive, timed one by one where the drive serves
 //! them: eBPF programs on the block layer's tracepoints
-//! (`block_rq_insert`/`block_rq_issue`, `block_rq_complete`) count each
-//! read's time from when it is queued for the drive to its completion
-//! in a histogram the refresh reads without a system call. The drive's
-//! counters (`/sys/block/<dev>/stat`) give only the mean; this gives the
-//! tail.
+//! (`block_rq_issue`, `block_rq_complete`) count each read's time from
+//! its issue to the drive to its completion in a histogram the refresh
+//! reads without a system call. The drive's counters
+//! (`/sys/block/<dev>/stat`) give only the mean; this gives the tail
+//! (less the time a read waits in an I/O scheduler: see
+//! [`programs`]).
 //!
 //! **Whose reads.** Reads at best-effort 7 or in the idle class are left
 //! out: the refresh's own (`io_priority = "idle"`, the default), and any
@@ -15,13 +16,13 @@
 //! carry the thread's priority, not the request's: outside
 //! `IOSchedulingClass=idle` they are counted as the application's.
 //!
-//! **What it costs.** A hash update when a read is queued and a lookup,
+//! **What it costs.** A hash update when a read is issued and a lookup,
 //! delete and atomic add at its completion, per read of a watched drive
 //! (every completion of any drive is looked up in the watched drives):
 //! a loop device over this VM's disk read 19,000 4 KiB reads/s at QD1
 //! without it and 1.5–1.8 % fewer with it (three runs each, alternating,
-//! the first version that stamped at issue only; tracing the same events
-//! through tracefs's text cost the reader 35–50 %).
+//! the first version, which did not filter completions; tracing the same
+//! events through tracefs's text cost the reader 35–50 %).
 //!
 //! **What it needs.** Linux ≥ 6.5 (`ioprio` in the tracepoints), tracefs
 //! mounted at `/sys/kernel/tracing` (for the tracepoints' ids and
@@ -78,7 +79,7 @@ pub struct ReadTimes {
     counts: sys::MappedCounts,
     // Closing these detaches the programs and frees the maps; the
     // events go first.
-    _events: [OwnedFd; 3],
+    _events: [OwnedFd; 2],
     _programs: [OwnedFd; 2],
     _maps: [OwnedFd; 3],
 }
@@ -118,7 +119,6 @@ impl ReadTimes {
         may_trace(&status)?;
         let tracefs = Path::new(TRACEFS);
         let tracepoints = Tracepoints {
-            insert: tracepoint(tracefs, "block_rq_insert")?,
             issue: tracepoint(tracefs, "block_rq_issue")?,
             complete: tracepoint(tracefs, "block_rq_complete")?,
         };
@@ -134,7 +134,7 @@ impl ReadTimes {
         };
         let drives = sys::create_map(sys::MAP_HASH, 4, 4, devs.len() as u32, 0, "refreshd_drives")
             .map_err(|e| refused("creating a BPF map", e))?;
-        let queued = sys::create_map(sys::MAP_HASH, 16, 8, IN_FLIGHT, 0, "refreshd_queued")
+        let issued = sys::create_map(sys::MAP_HASH, 16, 8, IN_FLIGHT, 0, "refreshd_issued")
             .map_err(|e| refused("creating a BPF map", e))?;
         let hist = sys::create_map(
             sys::MAP_ARRAY,
@@ -151,7 +151,7 @@ impl ReadTimes {
         use std::os::fd::AsRawFd;
         let maps = Maps {
             drives: drives.as_raw_fd(),
-            queued: queued.as_raw_fd(),
+            issued: issued.as_raw_fd(),
             histogram: hist.as_raw_fd(),
         };
         let load = |insns: Vec<asm::Insn>, name: &str| {
@@ -159,7 +159,7 @@ impl ReadTimes {
                 Unavailable::new(format!("the kernel refused the program {name}: {e}: {log}"))
             })
         };
-        let on_queued = load(programs::on_queued(maps), "refreshd_queued")?;
+        let on_issue = load(programs::on_issue(maps), "refreshd_issue")?;
         let on_complete = load(programs::on_complete(maps), "refreshd_done")?;
         let counts = sys::MappedCounts::new(&hist, BUCKETS)
             .map_err(|e| Unavailable::new(format!("mapping the histogram: {e}")))?;
@@ -168,13 +168,12 @@ impl ReadTimes {
         };
         // The completion first: a read stamped before it could count.
         let done = attach(tp.complete, &on_complete, "block_rq_complete")?;
-        let issued = attach(tp.issue, &on_queued, "block_rq_issue")?;
-        let inserted = attach(tp.insert, &on_queued, "block_rq_insert")?;
+        let issue = attach(tp.issue, &on_issue, "block_rq_issue")?;
         Ok(ReadTimes {
             counts,
-            _events: [inserted, issued, done],
-            _programs: [on_queued, on_complete],
-            _maps: [drives, queued, hist],
+            _events: [issue, done],
+            _programs: [on_issue, on_complete],
+            _maps: [drives, issued, hist],
         })
     }
 
@@ -213,7 +212,6 @@ fn may_trace(status: &str) -> Result<(), Unavailable> {
 
 /// The block layer's tracepoints the programs attach to, by id.
 struct Tracepoints {
-    insert: u64,
     issue: u64,
     complete: u64,
 }
