@@ -18,8 +18,9 @@ impl Default for Histogram {
     }
 }
 
-/// The bucket of a time in units of 1,024 ns (the program computes the
-/// same: see `programs::bucket`).
+/// The bucket of a time in units of 1,024 ns, as `programs::bucket`
+/// computes it in the kernel (its test runs both).
+#[cfg(test)]
 pub fn bucket_of(units: u64) -> usize {
     let v = units.min((1 << 24) - 1);
     if v < 16 {
@@ -44,7 +45,8 @@ impl Histogram {
         Histogram { counts }
     }
 
-    /// Counts a time (in tests, and for whoever keeps one in user space).
+    /// Counts a time (the programs count in the kernel; tests here).
+    #[cfg(test)]
     pub fn add(&mut self, t: Duration) {
         let units = (t.as_nanos() >> UNIT_SHIFT) as u64;
         self.counts[bucket_of(units)] += 1;

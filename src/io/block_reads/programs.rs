@@ -99,6 +99,18 @@ fn others_reads_only(p: &mut Program) {
         .jump_k(JEQ, 1, IOPRIO_CLASS_IDLE, "out");
 }
 
+/// What both programs start with: the record kept in r6, the program
+/// left unless the record is others' read of a watched drive, and the
+/// read's key on the stack.
+fn others_read_of_a_watched_drive(maps: Maps) -> Program {
+    let mut p = Program::default();
+    p.push(alu_x(MOV, 6, 1));
+    watched_drive_only(&mut p, maps);
+    others_reads_only(&mut p);
+    request_key(&mut p);
+    p
+}
+
 fn leave(p: &mut Program) {
     p.label("out").push(alu_k(MOV, 0, 0)).push(exit());
 }
@@ -106,11 +118,7 @@ fn leave(p: &mut Program) {
 /// `block_rq_issue`: a read of a watched drive, not at one of our
 /// priorities, is stamped with the time.
 pub fn on_issue(maps: Maps) -> Vec<Insn> {
-    let mut p = Program::default();
-    p.push(alu_x(MOV, 6, 1));
-    watched_drive_only(&mut p, maps);
-    others_reads_only(&mut p);
-    request_key(&mut p);
+    let mut p = others_read_of_a_watched_drive(maps);
     p.push(call(KTIME_GET_NS))
         .push(store(DW, 10, ISSUED_AT, 0))
         .push_map(load_map(1, maps.issued))
@@ -128,11 +136,7 @@ pub fn on_issue(maps: Maps) -> Vec<Insn> {
 /// counted in its bucket (the same reads only: a write or a read of ours
 /// completing at a stamped sector leaves the stamp alone).
 pub fn on_complete(maps: Maps) -> Vec<Insn> {
-    let mut p = Program::default();
-    p.push(alu_x(MOV, 6, 1));
-    watched_drive_only(&mut p, maps);
-    others_reads_only(&mut p);
-    request_key(&mut p);
+    let mut p = others_read_of_a_watched_drive(maps);
     p.push_map(load_map(1, maps.issued))
         .push(alu_x(MOV, 2, 10))
         .push(alu_k(ADD, 2, REQUEST_KEY as i32))

@@ -2,12 +2,11 @@
 //! by one ([`crate::io::block_reads`]), their p99 learned alone as the
 //! mean is and compared at each decision: shown to the operator beside
 //! the mean, not steered on (see the parent module). In the matrix the
-//! drive's p99 and a
-//! QD1, QD8 or bursty reader's p99 were on the same side of 1.2× alone
-//! in 124 of 135 runs; an mmap reader's in 38 of 45, and of the 26 runs
-//! with the drive's p99 within 1.2× its p99 was over in 7 (a 16 KiB
-//! touch is several reads: its p99 sees the drive's p99.9). The
-//! counters' mean saw neither (docs/benchmarks.md, "The drive's reads,
+//! drive's p99 and a QD1, QD8 or bursty reader's p99 were on the same
+//! side of 1.2× alone in 124 of 135 runs; an mmap reader's in 38 of 45,
+//! and of the 26 runs with the drive's p99 within 1.2× its p99 was over
+//! in 7 (a 16 KiB touch is several reads: its p99 sees the drive's
+//! p99.9). The counters' mean saw neither (docs/benchmarks.md, "The drive's reads,
 //! timed one by one").
 
 use std::time::Duration;
