@@ -259,12 +259,20 @@ fn main() {
         .collect();
     let mut cells = vec![];
     let mut alones = vec![];
+    let mut skipped = vec![];
     for name in beds::NAMES {
         if !only.is_empty() && !only.iter().any(|o| o == name) {
             continue;
         }
         let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-        let device = beds::device(name, tmp.path(), data_mib);
+        let device = match beds::device(name, tmp.path(), data_mib) {
+            Ok(d) => d,
+            Err(why) => {
+                println!("\n{name}: skipped: {why}");
+                skipped.push((name, why));
+                continue;
+            }
+        };
         let bed = beds::bed(name, &device, data_mib);
         for &reader in &readers {
             cells.push(cell(&bed, reader, runs, &rates));
@@ -297,4 +305,7 @@ fn main() {
         cells.len(),
         cells.len() - out
     );
+    for (name, why) in skipped {
+        println!("{name}: not run: {why}");
+    }
 }

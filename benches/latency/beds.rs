@@ -75,8 +75,9 @@ pub fn write_app_file(dir: &Path) {
     f.sync_all().unwrap();
 }
 
-/// Brings up the device named `name` (one of [`NAMES`]) in `tmp`.
-pub fn device(name: &str, tmp: &Path, data_mib: u64) -> Device {
+/// Brings up the device named `name` (one of [`NAMES`]) in `tmp`; `Err`
+/// says why this machine cannot (a scheduler its kernel does not offer).
+pub fn device(name: &str, tmp: &Path, data_mib: u64) -> Result<Device, String> {
     match name {
         "tb1" | "tb2" | "tb4" | "tb8" | "tb-link" | "tb-fade" => {
             let channels = match name {
@@ -101,14 +102,26 @@ pub fn device(name: &str, tmp: &Path, data_mib: u64) -> Device {
                 // request is 3 times slower.
                 d.fade(64 * MIB, 3);
             }
-            Device::Testbed(d)
+            Ok(Device::Testbed(d))
         }
         _ => {
             let sched = name.trim_start_matches("loop-");
             let fs = LoopFs::with_options("ext4", data_mib + 1024, true);
             let dev = fs.dev.trim_start_matches("/dev/").to_string();
-            std::fs::write(format!("/sys/block/{dev}/queue/scheduler"), sched).unwrap();
-            Device::Loop(fs)
+            let path = format!("/sys/block/{dev}/queue/scheduler");
+            let offered = std::fs::read_to_string(&path).unwrap();
+            let names = offered
+                .split_whitespace()
+                .map(|n| n.trim_matches(['[', ']']));
+            if !names.clone().any(|n| n == sched) {
+                let names: Vec<&str> = names.collect();
+                return Err(format!(
+                    "this kernel offers no {sched} scheduler (it offers {})",
+                    names.join(", ")
+                ));
+            }
+            std::fs::write(&path, sched).unwrap();
+            Ok(Device::Loop(fs))
         }
     }
 }
