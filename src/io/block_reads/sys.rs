@@ -40,7 +40,8 @@ pub const MAP_ARRAY: u32 = 2;
 pub const MAPPABLE: u32 = 1 << 10;
 const PROG_TRACEPOINT: u32 = 5;
 
-fn bpf(cmd: i64, attr: &mut Attr) -> Result<OwnedFd, Error> {
+/// The call itself: its non-negative return, or the error.
+fn bpf_call(cmd: i64, attr: &mut Attr) -> Result<i64, Error> {
     // SAFETY: the attribute is a zeroed 128-byte buffer that lives across
     // the call; any pointers in it (instructions, license, log, key,
     // value) point at memory the caller keeps alive for the call.
@@ -48,8 +49,14 @@ fn bpf(cmd: i64, attr: &mut Attr) -> Result<OwnedFd, Error> {
     if rc < 0 {
         return Err(Error::last_os_error());
     }
+    Ok(rc)
+}
+
+/// A call that makes an object (MAP_CREATE, PROG_LOAD): its new fd.
+fn bpf(cmd: i64, attr: &mut Attr) -> Result<OwnedFd, Error> {
+    let fd = bpf_call(cmd, attr)?;
     // SAFETY: on success MAP_CREATE and PROG_LOAD return a new fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(rc as i32) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 pub fn create_map(
@@ -70,18 +77,14 @@ pub fn create_map(
     bpf(MAP_CREATE, &mut a)
 }
 
+/// Sets `key` to `value` in `map`; both must be of the map's sizes (the
+/// caller's types) and outlive the call, as `bpf_call` asks.
 pub fn update<K, V>(map: &OwnedFd, key: &K, value: &V) -> Result<(), Error> {
     let mut a = Attr::new()
         .u32(0, map.as_raw_fd() as u32)
         .u64(8, key as *const K as u64)
         .u64(16, value as *const V as u64);
-    // SAFETY: as in `bpf`; key and value outlive the call, and are the
-    // map's sizes (the caller's types).
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, MAP_UPDATE_ELEM, a.0.as_mut_ptr(), 128usize) };
-    if rc < 0 {
-        return Err(Error::last_os_error());
-    }
-    Ok(())
+    bpf_call(MAP_UPDATE_ELEM, &mut a).map(|_| ())
 }
 
 /// Loads a tracepoint program. On refusal, the verifier's reasons.
