@@ -14,6 +14,8 @@ pub struct OwnIo {
     /// Our reads submitted and not yet completed, and their bytes.
     reads_in_flight: AtomicUsize,
     read_bytes_in_flight: AtomicU64,
+    /// Our writes submitted and not yet completed.
+    writes_in_flight: AtomicUsize,
     read_ioprio: AtomicU16,
     write_ioprio: AtomicU16,
     /// In a section the pacer leaves out of the drive's counters (see
@@ -73,6 +75,24 @@ impl OwnIo {
 
     pub fn reads_in_flight(&self) -> usize {
         self.reads_in_flight.load(Ordering::Relaxed)
+    }
+
+    pub fn write_started(&self) {
+        self.writes_in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A write ended: completed, failed, or discarded by a drain.
+    pub fn write_ended(&self) {
+        let _ = self
+            .writes_in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Our reads and writes in flight: the application's latency alone
+    /// is measured only with none (a write holds a channel as a read
+    /// does).
+    pub fn requests_in_flight(&self) -> usize {
+        self.reads_in_flight() + self.writes_in_flight.load(Ordering::Relaxed)
     }
 
     /// At most how many reads the drive may have counted of ours since

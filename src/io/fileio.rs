@@ -70,8 +70,9 @@ impl Ring {
     /// flight from ours by this count).
     fn drained(&mut self) {
         for s in self.started.iter_mut().filter_map(Option::take) {
-            if s.op == Op::Read {
-                self.own.read_ended(s.len);
+            match s.op {
+                Op::Read => self.own.read_ended(s.len),
+                Op::Write => self.own.write_ended(),
             }
         }
     }
@@ -81,8 +82,9 @@ impl Ring {
         let Some(s) = self.started.get_mut(c.buf).and_then(Option::take) else {
             return;
         };
-        if c.op == Op::Read {
-            self.own.read_ended(s.len);
+        match c.op {
+            Op::Read => self.own.read_ended(s.len),
+            Op::Write => self.own.write_ended(),
         }
         if c.result.is_err() {
             return;
@@ -223,8 +225,9 @@ impl FileIo<'_> {
             len,
             source,
         })?;
-        if op == Op::Read {
-            self.ring.own.read_started(len as u64);
+        match op {
+            Op::Read => self.ring.own.read_started(len as u64),
+            Op::Write => self.ring.own.write_started(),
         }
         let r = &mut self.ring.started;
         if r.len() <= buf {

@@ -122,9 +122,14 @@ impl Pacer {
     }
 
     /// Silent: the application's reads now are its latency alone. The
-    /// first tick still sees our last requests complete: skipped,
-    /// whenever it comes (a tick is a turn of the executor at or after
-    /// [`TICK`], rarely on the dot).
+    /// ticks until nothing of ours is in flight, reads or writes, and the
+    /// first after (it saw our last requests complete), are skipped,
+    /// whenever they come (a tick is a turn of the executor at or after
+    /// [`TICK`], rarely on the dot); [`LEARN`] counts from the tick
+    /// before the first counted, as it would with the first tick skipped
+    /// and nothing of ours in flight (primed once our reads alone were
+    /// done, it learned beside our last writes, which hold a channel as
+    /// a read does).
     fn learn(
         &mut self,
         now: Duration,
@@ -133,14 +138,22 @@ impl Pacer {
         tick: Option<latency::TickReads>,
     ) {
         if !primed {
+            // Waited for at most [`LEARN`]: a request that never ends (a
+            // stalled drive, a count gone wrong) must not keep the
+            // refresh silent for good; ticks with ours in flight are
+            // still not counted.
+            if self.own.requests_in_flight() > 0 && now < until {
+                return;
+            }
             self.phase = Phase::Learning {
-                until,
+                until: until.max(now + LEARN - TICK),
                 primed: true,
             };
             let counts = self.read_times();
             self.tail.start_learning(counts);
+            return;
         }
-        if let Some(t) = tick.filter(|_| primed && self.own.reads_in_flight() == 0) {
+        if let Some(t) = tick.filter(|_| self.own.requests_in_flight() == 0) {
             self.learned.0 += t.reads.max(0) as u64;
             self.learned.1 += t.ms.max(0.0);
         }

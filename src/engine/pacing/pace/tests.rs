@@ -954,3 +954,48 @@ impl SlowDrive {
         self.read - before
     }
 }
+
+/// Learning waits for our writes as for our reads: the application's
+/// reads beside a write of ours still in flight are not its latency
+/// alone.
+#[test]
+fn learning_waits_for_our_writes_in_flight() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    r.pacer.own().write_started();
+    // The application arrives while our write holds the drive for 0.4 s:
+    // its reads take 0.8 ms.
+    for _ in 0..4 {
+        r.tick_with(0, APP_READS, 0.8);
+        assert!(matches!(r.pacer.phase, Phase::Learning { .. }));
+    }
+    r.pacer.own().write_ended();
+    // The tick that saw it complete is skipped; then [`LEARN`] of 0.4 ms.
+    r.tick_with(0, APP_READS, 0.8);
+    r.app_for(LEARN - TICK, 0, 0.4);
+    assert!(r.sharing());
+    let (alone, _) = r.pacer.baseline.unwrap();
+    assert!((alone - 0.4).abs() < 1e-9, "{alone}");
+}
+
+/// A write of ours that never ends (a stalled drive, a count gone wrong)
+/// delays learning by at most [`LEARN`], and learning ends: the refresh
+/// is not held silent (as with a read of ours in flight throughout,
+/// nothing is learned, and the drive is the refresh's until the next
+/// look at the application).
+#[test]
+fn a_write_that_never_ends_does_not_keep_the_refresh_silent() {
+    let mut r = Rig::new(YieldMode::Auto, Some(50 * MIB));
+    r.pacer.own().write_started();
+    r.tick_with(0, APP_READS, 0.4);
+    assert!(matches!(r.pacer.phase, Phase::Learning { .. }));
+    let started = r.now;
+    while matches!(r.pacer.phase, Phase::Learning { .. }) {
+        assert!(
+            r.now - started <= 2 * LEARN,
+            "still learning at {:?}",
+            r.now
+        );
+        r.tick_with(0, APP_READS, 0.4);
+    }
+    assert!(r.pacer.allowance().depth > 0, "silent");
+}

@@ -9,6 +9,10 @@ use super::*;
 /// sharing (its latency alone while learning), for `d`; the rates seen.
 fn share_with_ratio(r: &mut Rig, d: Duration, ratio: impl Fn(f64) -> f64) -> Vec<f64> {
     let mut engine = SlowDrive::new(100 * MIB);
+    // A new engine: the last one's request in flight went with it.
+    while r.pacer.own().reads_in_flight() > 0 {
+        r.pacer.own().read_ended(IN_FLIGHT);
+    }
     let mut rates = vec![];
     let end = r.now + d;
     while r.now < end {
