@@ -177,3 +177,53 @@ fn tracing_is_asked_for_only_with_the_capabilities_it_needs() {
     may_trace(&status("0000004000000000")).unwrap_err();
     assert!(may_trace("Name:\tx\n").is_err());
 }
+
+/// tracefs not mounted (or not where it is looked for), and an id that
+/// is not one: said, with the path, before anything is asked of `bpf`.
+#[test]
+fn a_tracefs_that_is_missing_or_wrong_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = tracepoint(dir.path(), "block_rq_complete").unwrap_err();
+    assert!(
+        e.why.contains("block_rq_complete/format") && e.why.contains("is tracefs mounted"),
+        "{e}"
+    );
+    let tp = dir.path().join("block_rq_complete");
+    std::fs::create_dir(&tp).unwrap();
+    std::fs::write(tp.join("format"), COMPLETE_6_18).unwrap();
+    std::fs::write(tp.join("id"), "twelve\n").unwrap();
+    let e = tracepoint(dir.path(), "block_rq_complete").unwrap_err();
+    assert!(e.why.ends_with("id: not an id"), "{e}");
+    std::fs::write(tp.join("id"), "1234\n").unwrap();
+    assert_eq!(tracepoint(dir.path(), "block_rq_complete").unwrap(), 1234);
+}
+
+/// A program the verifier refuses (here: it returns a register it never
+/// set) is refused with the verifier's reasons, and nothing is left
+/// loaded. Needs CAP_BPF (root); elsewhere says why it did not run.
+#[test]
+fn privileged_a_program_the_verifier_refuses_comes_back_with_its_reasons() {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    if let Err(e) = may_trace(&status) {
+        assert_ne!(
+            std::env::var("REFRESHD_REQUIRE_PRIVILEGED_TESTS").as_deref(),
+            Ok("1"),
+            "cannot load programs here: {e}"
+        );
+        eprintln!("SKIPPED: cannot load programs here: {e}");
+        return;
+    }
+    // The process's bpf objects (other tests open and close other fds).
+    let fds = || {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l.to_string_lossy().contains("bpf"))
+            .count()
+    };
+    let before = fds();
+    let (e, log) = sys::load_program(&[exit()], "refreshd_bad").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}: {log}");
+    assert!(log.contains("R0 !read_ok"), "the verifier's log: {log}");
+    assert_eq!(fds(), before, "nothing left open");
+}
