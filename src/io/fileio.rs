@@ -82,7 +82,7 @@ impl Ring {
         let Some(s) = self.started.get_mut(c.buf).and_then(Option::take) else {
             return;
         };
-        match c.op {
+        match s.op {
             Op::Read => self.own.read_ended(s.len),
             Op::Write => self.own.write_ended(),
         }
@@ -128,6 +128,16 @@ impl Ring {
             fd,
             epoch,
         })
+    }
+}
+
+impl Drop for Ring {
+    /// A ring discarded (poisoned: its requests could not be reaped) or
+    /// ended: the requests it started are no longer ours in flight to the
+    /// pacer, which would otherwise wait on them at every learning (the
+    /// engine's next ring counts into the same `OwnIo`).
+    fn drop(&mut self) {
+        self.drained();
     }
 }
 
