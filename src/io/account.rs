@@ -77,6 +77,8 @@ impl OwnIo {
         self.reads_in_flight.load(Ordering::Relaxed)
     }
 
+    /// A write of ours was submitted (the ring counts it; see
+    /// [`OwnIo::requests_in_flight`]).
     pub fn write_started(&self) {
         self.writes_in_flight.fetch_add(1, Ordering::Relaxed);
     }

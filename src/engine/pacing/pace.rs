@@ -16,8 +16,10 @@
 //! **What it compares with.** The application's latency with the refresh
 //! silent, learned: when the application first reads beside a refresh,
 //! and again every [`RELEARN`] while it keeps reading, the refresh stops
-//! for [`LEARN`] (nothing of its own in flight) and measures. On the
-//! testbed that costs 1.3 % of the refresh's time; it is what lets one
+//! for [`LEARN`] (nothing of its own in flight: it first waits, up to
+//! [`LEARN`] more, for its last reads and writes to complete) and
+//! measures. On the testbed that cost 1.3 % of the refresh's time
+//! (measured before it waited for writes); it is what lets one
 //! target hold on drives of any speed — a 0.4 ms read on an SSD channel
 //! and a 12 ms one behind a bfq queue alike — where a fixed threshold on
 //! request counts (the pacer before this one) held on the drive it was
@@ -108,7 +110,7 @@
 //! at 1.15× a half second's p99, it held the loop devices' QD1 p99 and
 //! the rate at 6–7.5 MiB/s, under the best fixed 16–32: fewer cells met;
 //! weighed read by read across windows, 15 of 32 cells met against 17:
-//! a p99 learned in 400 ms was 0.90–1.63× the idle run's, too loose a
+//! a p99 learned in one learning was 0.90–1.63× the idle run's, too loose a
 //! baseline for a target 20 % above it; docs/benchmarks.md). Without the
 //! timing (the shipped unit leaves out the capabilities it needs),
 //! nothing is shown.
@@ -285,9 +287,14 @@ enum Phase {
     /// Nobody else reads: the configured rate and depth.
     Alone,
     /// Silent, measuring the application's latency without the refresh;
-    /// `primed` once its first tick (our last requests completing) was
-    /// left out.
-    Learning { until: Duration, primed: bool },
+    /// `primed` once nothing of ours is in flight (or [`LEARN`] passed)
+    /// and that tick (our last requests completing) was left out.
+    Learning {
+        until: Duration,
+        primed: bool,
+        /// Nothing of ours was in flight at the last tick.
+        quiet: bool,
+    },
     /// The application reads: the rate is the controller's.
     Sharing,
 }

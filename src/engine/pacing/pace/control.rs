@@ -27,7 +27,11 @@ impl Pacer {
         match self.phase {
             Phase::Alone if app_active => self.start_learning(now),
             Phase::Alone => {}
-            Phase::Learning { until, primed } => self.learn(now, until, primed, tick),
+            Phase::Learning {
+                until,
+                primed,
+                quiet,
+            } => self.learn(now, (until, primed, quiet), tick),
             Phase::Sharing if !app_active => {
                 tracing::info!("the application stopped reading: back to the configured rate");
                 self.leave_sharing();
@@ -110,6 +114,7 @@ impl Pacer {
         self.phase = Phase::Learning {
             until: now + LEARN,
             primed: false,
+            quiet: false,
         };
         self.paused = false;
         self.forget_depth_trials();
@@ -125,35 +130,42 @@ impl Pacer {
     /// ticks until nothing of ours is in flight, reads or writes, and the
     /// first after (it saw our last requests complete), are skipped,
     /// whenever they come (a tick is a turn of the executor at or after
-    /// [`TICK`], rarely on the dot); [`LEARN`] counts from the tick
-    /// before the first counted, as it would with the first tick skipped
-    /// and nothing of ours in flight (primed once our reads alone were
-    /// done, it learned beside our last writes, which hold a channel as
-    /// a read does).
+    /// [`TICK`], rarely on the dot), and so is any tick that began with
+    /// ours in flight; [`LEARN`] counts from the tick before the first
+    /// counted, as it would with the first tick skipped and nothing of
+    /// ours in flight. (Primed once our reads alone were done, it learned
+    /// beside our last writes through the ring, which hold a channel as
+    /// a read does.) `state`: the phase's `until`, `primed`, `quiet`.
     fn learn(
         &mut self,
         now: Duration,
-        until: Duration,
-        primed: bool,
+        state: (Duration, bool, bool),
         tick: Option<latency::TickReads>,
     ) {
+        let (until, primed, quiet) = state;
+        let quiet_now = self.own.requests_in_flight() == 0;
         if !primed {
             // Waited for at most [`LEARN`]: a request that never ends (a
-            // stalled drive, a count gone wrong) must not keep the
-            // refresh silent for good; ticks with ours in flight are
-            // still not counted.
-            if self.own.requests_in_flight() > 0 && now < until {
+            // stalled drive) must not keep the refresh silent for good.
+            if !quiet_now && now < until {
                 return;
             }
             self.phase = Phase::Learning {
                 until: until.max(now + LEARN - TICK),
                 primed: true,
+                quiet: quiet_now,
             };
             let counts = self.read_times();
             self.tail.start_learning(counts);
             return;
         }
-        if let Some(t) = tick.filter(|_| self.own.requests_in_flight() == 0) {
+        self.phase = Phase::Learning {
+            until,
+            primed,
+            quiet: quiet_now,
+        };
+        // Counted only if nothing of ours was in flight at either end.
+        if let Some(t) = tick.filter(|_| quiet && quiet_now) {
             self.learned.0 += t.reads.max(0) as u64;
             self.learned.1 += t.ms.max(0.0);
         }

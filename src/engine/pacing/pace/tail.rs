@@ -7,11 +7,11 @@
 //! and of the 26 runs with the drive's p99 within 1.2× its p99 was over
 //! in 7 (a 16 KiB touch is several reads: its p99 sees the drive's
 //! p99.9). The counters' mean saw neither (docs/benchmarks.md, "The drive's reads,
-//! timed one by one"). Two laws on it were tried and not kept (cut at
-//! 1.15× a window's p99; the share of reads over 1.2× the p99 alone,
-//! weighed across windows): the p99 learned alone in 400 ms was
-//! 0.90–1.63× the idle run's, and the target is 1.2× it (same file,
-//! "Weighing the tail across windows").
+//! timed one by one"). Two laws on it were tried and not kept: a cut at
+//! 1.15× a window's p99 lost the rate to a half second's noise; the
+//! share of reads over 1.2× the p99 alone, weighed across windows, was
+//! decided by that p99, learned in one learning at 0.90–1.63× the idle
+//! run's (same file, "Weighing the tail across windows").
 
 use std::time::Duration;
 
