@@ -109,18 +109,15 @@ pub fn device(name: &str, tmp: &Path, data_mib: u64) -> Result<Device, String> {
             let fs = LoopFs::with_options("ext4", data_mib + 1024, true);
             let dev = fs.dev.trim_start_matches("/dev/").to_string();
             let path = format!("/sys/block/{dev}/queue/scheduler");
-            let offered = std::fs::read_to_string(&path).unwrap();
-            let names = offered
-                .split_whitespace()
-                .map(|n| n.trim_matches(['[', ']']));
-            if !names.clone().any(|n| n == sched) {
-                let names: Vec<&str> = names.collect();
+            // Written, not looked up first: the kernel loads a
+            // scheduler's module when it is asked for by name.
+            if let Err(e) = std::fs::write(&path, sched) {
+                let offered = std::fs::read_to_string(&path).unwrap_or_default();
                 return Err(format!(
-                    "this kernel offers no {sched} scheduler (it offers {})",
-                    names.join(", ")
+                    "the kernel refused the {sched} scheduler ({e}; it offers {})",
+                    offered.trim()
                 ));
             }
-            std::fs::write(&path, sched).unwrap();
             Ok(Device::Loop(fs))
         }
     }
