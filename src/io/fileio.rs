@@ -82,16 +82,20 @@ impl Ring {
         let Some(s) = self.started.get_mut(c.buf).and_then(Option::take) else {
             return;
         };
+        let done = c.result.is_ok();
         match s.op {
-            Op::Read => self.own.read_ended(s.len),
-            Op::Write => self.own.write_ended(),
-        }
-        if c.result.is_err() {
-            return;
-        }
-        match c.op {
-            Op::Read => self.own.read_done(s.len, s.at.elapsed(), s.alone),
-            Op::Write => self.own.write_done(s.len),
+            Op::Read => {
+                self.own.read_ended(s.len);
+                if done {
+                    self.own.read_done(s.len, s.at.elapsed(), s.alone);
+                }
+            }
+            Op::Write => {
+                self.own.write_ended();
+                if done {
+                    self.own.write_done(s.len);
+                }
+            }
         }
     }
 

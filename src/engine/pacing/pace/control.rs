@@ -31,7 +31,7 @@ impl Pacer {
                 until,
                 primed,
                 quiet,
-            } => self.learn(now, (until, primed, quiet), tick),
+            } => self.learn(now, until, primed, quiet, tick),
             Phase::Sharing if !app_active => {
                 tracing::info!("the application stopped reading: back to the configured rate");
                 self.leave_sharing();
@@ -135,14 +135,15 @@ impl Pacer {
     /// counted, as it would with the first tick skipped and nothing of
     /// ours in flight. (Primed once our reads alone were done, it learned
     /// beside our last writes through the ring, which hold a channel as
-    /// a read does.) `state`: the phase's `until`, `primed`, `quiet`.
+    /// a read does.) `until`, `primed`, `quiet`: the phase's.
     fn learn(
         &mut self,
         now: Duration,
-        state: (Duration, bool, bool),
+        until: Duration,
+        primed: bool,
+        quiet: bool,
         tick: Option<latency::TickReads>,
     ) {
-        let (until, primed, quiet) = state;
         let quiet_now = self.own.requests_in_flight() == 0;
         if !primed {
             // Waited for at most [`LEARN`]: a request that never ends (a
