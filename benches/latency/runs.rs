@@ -17,6 +17,34 @@ pub struct Outcome {
     pub mib_per_s: f64,
 }
 
+/// A first argument that runs the refresh with the shipped unit's
+/// capabilities only (its `CapabilityBoundingSet=`), not root's: no
+/// `CAP_BPF`, `CAP_PERFMON` or `CAP_SYS_ADMIN`, so its pacer cannot time
+/// the drive's reads one by one and steers on their mean alone, as the
+/// daemon under systemd does.
+pub const AS_THE_UNIT: &str = "--as-the-unit";
+
+/// The unit's bounding set as `setpriv --bounding-set` takes it
+/// (`-all,+lease,…`), read from systemd/refreshd.service: the unit is
+/// what is measured, whatever it grants.
+fn unit_bounding_set() -> String {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/systemd/refreshd.service"
+    ))
+    .unwrap();
+    let caps = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit's CapabilityBoundingSet=");
+    let mut set = String::from("-all");
+    for cap in caps.split_whitespace() {
+        let name = cap.strip_prefix("CAP_").expect("CAP_ names").to_lowercase();
+        set += &format!(",+{name}");
+    }
+    set
+}
+
 fn drop_caches() {
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
 }
@@ -33,7 +61,16 @@ struct Refresh {
 
 impl Refresh {
     fn start(dir: &Path, extra: &[&str]) -> Refresh {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_refreshd"))
+        let bin = env!("CARGO_BIN_EXE_refreshd");
+        let (mut cmd, extra) = match extra.split_first() {
+            Some((&AS_THE_UNIT, rest)) => {
+                let mut c = Command::new("setpriv");
+                c.args(["--bounding-set", &unit_bounding_set(), "--", bin]);
+                (c, rest)
+            }
+            _ => (Command::new(bin), extra),
+        };
+        let mut child = cmd
             .env(
                 "REFRESHD_STATE_DIR",
                 concat!(env!("CARGO_TARGET_TMPDIR"), "/bench-state"),
