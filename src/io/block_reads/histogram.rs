@@ -63,6 +63,17 @@ impl Histogram {
         Histogram { counts }
     }
 
+    /// Both counts together (reads of different whiles, pooled).
+    pub fn plus(&self, more: &Histogram) -> Histogram {
+        let counts = self
+            .counts
+            .iter()
+            .zip(&more.counts)
+            .map(|(a, b)| a + b)
+            .collect();
+        Histogram { counts }
+    }
+
     pub fn reads(&self) -> u64 {
         self.counts.iter().sum()
     }

@@ -113,6 +113,11 @@ fn quantiles_are_the_bucket_above_and_within_a_sixteenth() {
     let new = h.since(&before);
     assert_eq!(new.reads(), 1);
     assert!(new.quantile(0.5).unwrap() >= Duration::from_millis(3));
+    // Pooled: the one slow read with the thousand before it.
+    let pooled = new.plus(&before);
+    assert_eq!(pooled.reads(), 1001);
+    assert_eq!(pooled.since(&before), new);
+    assert_eq!(pooled.quantile(1.0), new.quantile(1.0));
 }
 
 #[test]

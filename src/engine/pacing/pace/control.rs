@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::{
-    latency, DepthTrial, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, GROWTH,
+    latency, tail, DepthTrial, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, GROWTH,
     GROWTH_FROM_THE_FLOOR, GROWTH_MARK, LEARN, MAX_REQUEST, MIN_REQUEST, PAUSE, PAUSE_GAPS, QUIET,
     RELEARN, REQUEST_TIME, TAIL_SHARE, TICK,
 };
@@ -174,8 +174,16 @@ impl Pacer {
             return;
         }
         let (reads, ms) = self.learned;
+        let mut changed = false;
         if reads >= latency::MIN_READS {
             let alone = ms / reads as f64;
+            // Judged on as many reads as a p99 needs: a mean of a few
+            // dozen moves by a quarter by chance.
+            changed = reads >= tail::MIN_READS
+                && self.baseline.is_some_and(|(before, _)| {
+                    let moved = alone / before.max(1e-6);
+                    !(1.0 / tail::CHANGED..=tail::CHANGED).contains(&moved)
+                });
             self.baseline = Some((alone, now));
             tracing::debug!(alone_ms = alone, reads, "learned the application's latency");
         } else if let Some((b, _)) = self.baseline {
@@ -201,7 +209,7 @@ impl Pacer {
         self.count_app_reads(self.reads.reads_per_sec(TICK));
         self.reads.restart();
         let counts = self.read_times();
-        self.tail.learned(counts);
+        self.tail.learned(counts, changed);
         self.show(None);
     }
 
@@ -214,17 +222,30 @@ impl Pacer {
         let ratio = app / alone.max(0.001);
         let counts = self.read_times();
         let tail = self.tail.decide(counts);
-        self.judge_depth_trial(ratio);
-        let went_back = self.judge_rate_trial(ratio);
+        let says = self.tail.says();
+        let costly = says != tail::Says::Within;
+        self.judge_depth_trial(ratio, costly, now);
+        let went_back = self.judge_rate_trial(ratio, costly, now);
         let floor = self.floor() as f64;
         self.count_app_reads(self.reads.reads_per_sec(TICK));
         if went_back {
             // Back to a rate whose latency was within the aim.
-        } else if ratio > AIM {
-            self.rate *= (AIM / ratio).max(0.5);
+        } else if ratio > AIM || says == tail::Says::FarOver {
+            // In proportion to the mean over its aim, at most halved; a
+            // quarter at least with the tail over by far after a window
+            // over ([`tail`]).
+            let by_mean = (AIM / ratio).clamp(0.5, 1.0);
+            let by_tail = if says == tail::Says::FarOver {
+                tail::CUT
+            } else {
+                1.0
+            };
+            self.rate *= by_mean.min(by_tail);
             // One request in flight, or what the floor needs (kept by
             // `sharing_depth`).
             self.depth = 1;
+        } else if costly {
+            // The mean would let it grow; the tail does not.
         } else if ratio < GROWTH_MARK {
             let step = if self.slow_start {
                 GROWTH_FROM_THE_FLOOR
@@ -232,17 +253,18 @@ impl Pacer {
                 GROWTH
             };
             self.rate = self.grown(self.rate, step).max(self.rate).min(self.full());
-        } else {
+        } else if now >= self.trials_from {
             self.try_more_rate(ratio);
         }
         // Noticed (a costly depth was judged just before): for good.
-        self.slow_start &= ratio < GROWTH_MARK;
+        self.slow_start &= ratio < GROWTH_MARK && !costly;
         self.rate = self.rate.max(floor);
         tracing::debug!(
             app_ms = app,
             alone_ms = alone,
             ratio,
             tail_ratio = tail,
+            tail_says = ?says,
             rate_mib = self.rate / f64::from(1 << 20),
             depth = self.sharing_depth(),
             "pacer decided"
@@ -402,7 +424,10 @@ impl Pacer {
             return;
         };
         let pending = self.depth_trial.is_some() || self.rate_trial.is_some();
-        if next <= self.sharing_depth() || capped || pending {
+        // Not while the tail is over: a trial that could only go back.
+        let tail_over = self.tail.says() != tail::Says::Within;
+        let resting = now < self.trials_from;
+        if next <= self.sharing_depth() || capped || pending || tail_over || resting {
             return;
         }
         self.depth_trial = Some(DepthTrial {
@@ -417,31 +442,41 @@ impl Pacer {
     }
 
     /// A depth on trial is kept if the application's latency did not
-    /// rise by more than [`DEPTH_COST`] of its latency alone; otherwise
+    /// rise by more than [`DEPTH_COST`] of its latency alone and its tail
+    /// at the drive is not over its target (`tail_over`); otherwise
     /// the depth goes back, and stays there until the application's
     /// latency is learned again. Each step is judged against the one
     /// before (the rate moves too: a ratio from an older depth would
     /// blame the rate's growth on the depth).
-    fn judge_depth_trial(&mut self, ratio: f64) {
+    fn judge_depth_trial(&mut self, ratio: f64, tail_over: bool, now: Duration) {
         if let Some(t) = self.depth_trial.take() {
-            if ratio - t.ratio_before > DEPTH_COST {
+            let mean_cost = ratio - t.ratio_before > DEPTH_COST;
+            if mean_cost || tail_over {
                 // The trial was one more than all in flight before it.
                 let ceiling = self.depth.saturating_sub(1).max(1);
                 tracing::debug!(
                     depth = self.depth,
                     ratio,
                     before = t.ratio_before,
+                    tail_over,
                     "more depth cost the application: no more than {ceiling}"
                 );
                 self.depth = t.before;
-                self.depth_ceiling = Some(ceiling);
                 self.slow_start = false;
+                // The tail's say alone is noise as often: tried again
+                // after a while ([`tail::TRIALS_AFTER`]).
+                if mean_cost {
+                    self.depth_ceiling = Some(ceiling);
+                } else {
+                    self.trials_from = now + tail::TRIALS_AFTER;
+                }
             }
         }
         self.last_ratio = Some(ratio);
     }
 
     fn forget_depth_trials(&mut self) {
+        self.trials_from = Duration::ZERO;
         self.last_ratio = None;
         self.depth_trial = None;
         self.depth_ceiling = None;
@@ -507,7 +542,8 @@ impl Pacer {
             }
             None => format!("the application reads on {name}; {refresh}"),
         };
-        let reason = reason + &self.behind_the_floor() + &self.tail.shown().unwrap_or_default();
+        let tail = self.tail.shown(at_floor).unwrap_or_default();
+        let reason = reason + &self.behind_the_floor() + &tail;
         let since = self
             .status
             .yielding()

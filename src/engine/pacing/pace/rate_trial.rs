@@ -15,31 +15,41 @@
 //! latency measured was the trial's) and no more is tried until the
 //! latency is learned again.
 
+use std::time::Duration;
+
 use super::{Pacer, RateTrial, AIM, DEPTH_COST, GROWTH};
 
 impl Pacer {
     /// Judges a rate on trial against the ratio now: kept, or back to the
     /// rate before (its latency was within the aim) if the latency rose
     /// by more than [`DEPTH_COST`] of its latency alone or passed the
-    /// aim, with no more trials until the latency is learned again.
+    /// aim, with no more trials until the latency is learned again; or
+    /// back if the tail at the drive is over its target (`tail_over`,
+    /// [`super::tail`]), with no more trials for
+    /// [`super::tail::TRIALS_AFTER`] from `now`.
     /// Returns whether it went back: the ratio now is the trial's, not
     /// the rate's it went back to, and no cut follows.
-    pub(super) fn judge_rate_trial(&mut self, ratio: f64) -> bool {
+    pub(super) fn judge_rate_trial(&mut self, ratio: f64, tail_over: bool, now: Duration) -> bool {
         let Some(t) = self.rate_trial.take() else {
             return false;
         };
-        let cost = ratio - t.ratio_before > DEPTH_COST || ratio > AIM;
-        if cost {
+        let mean_cost = ratio - t.ratio_before > DEPTH_COST || ratio > AIM;
+        if mean_cost || tail_over {
             tracing::debug!(
                 ratio,
                 before = t.ratio_before,
+                tail_over,
                 "more rate cost the application: back to {:.1} MiB/s",
                 t.before / f64::from(1 << 20)
             );
             self.rate = t.before;
-            self.rate_trials_over = true;
+            if mean_cost {
+                self.rate_trials_over = true;
+            } else {
+                self.trials_from = now + super::tail::TRIALS_AFTER;
+            }
         }
-        cost
+        mean_cost || tail_over
     }
 
     /// In the hold band: a quarter more rate, on trial (a depth trial

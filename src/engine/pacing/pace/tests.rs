@@ -9,6 +9,10 @@ mod looks;
 mod rate_trial;
 mod tail;
 
+/// Others' reads timed so far, and how many took how long between two
+/// looks.
+type TimedReads = (crate::io::block_reads::Histogram, Vec<(u64, Duration)>);
+
 /// A drive whose counters the test moves.
 #[derive(Clone, Default)]
 struct FakeDrive {
@@ -20,18 +24,24 @@ struct FakeDrive {
     /// Others' reads that complete while the reads in flight are looked
     /// at (counted at the next look).
     done_while_looked_at: Arc<Mutex<u64>>,
-    /// Others' reads timed one by one (`None`: not timed), and how long
-    /// each read since the last look took ([`FakeDrive::read_for`]).
-    times: Arc<Mutex<Option<(crate::io::block_reads::Histogram, u64, Duration)>>>,
+    /// Others' reads timed one by one (`None`: not timed), and how many
+    /// took how long between two looks ([`FakeDrive::read_mixed`]).
+    times: Arc<Mutex<Option<TimedReads>>>,
 }
 
 impl FakeDrive {
     /// From now on, `reads` reads of `each` between two looks at the
     /// timed reads.
     fn read_for(&self, reads: u64, each: Duration) {
+        self.read_mixed(&[(reads, each)]);
+    }
+
+    /// From now on, between two looks at the timed reads, reads of each
+    /// time: how many, how long.
+    fn read_mixed(&self, reads: &[(u64, Duration)]) {
         let mut t = self.times.lock().unwrap();
         let h = t.take().map(|t| t.0).unwrap_or_default();
-        *t = Some((h, reads, each));
+        *t = Some((h, reads.to_vec()));
     }
 
     /// `reads` reads taking `ms` milliseconds in all, and `writes` writes.
@@ -63,9 +73,11 @@ impl DeviceCounters for FakeDrive {
     }
     fn read_times(&mut self) -> Option<crate::io::block_reads::Histogram> {
         let mut t = self.times.lock().unwrap();
-        let (h, reads, each) = t.as_mut()?;
-        for _ in 0..*reads {
-            h.add(*each);
+        let (h, reads) = t.as_mut()?;
+        for &(n, each) in reads.iter() {
+            for _ in 0..n {
+                h.add(each);
+            }
         }
         Some(h.clone())
     }

@@ -2,6 +2,7 @@
 //! reads are timed one by one.
 
 use super::*;
+use crate::engine::pacing::pace::tail;
 
 fn us(n: u64) -> Duration {
     Duration::from_micros(n)
@@ -19,15 +20,131 @@ fn the_p99_at_the_drive_is_learned_alone_and_shown_against_it() {
     // (bucket bounds: 152 units over 60).
     drive.read_for(300, us(150));
     r.app_for(DECIDE, 1, 0.4);
-    r.shows("; p99 at the drive 2.53× its 0.061 ms alone");
+    r.shows("; p99 at the drive 2.53× its 0.061 ms alone (over 1.2×: not growing)");
     r.shows("0.40 ms per read, 1.00× its 0.40 ms alone");
-    // Shown, not steered on: the mean decides, and it grew.
-    let mut rates = vec![r.rate()];
+}
+
+/// Within the mean's aim and over the tail's target (80 µs a read
+/// against 60 alone: 1.33×, under [`tail::FAR_OVER`]): the rate the mean
+/// would grow holds, and grows again once the tail is back within.
+#[test]
+fn a_tail_over_its_target_holds_the_rate_the_mean_would_grow() {
+    let drive = FakeDrive::default();
+    drive.read_for(300, us(60));
+    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    r.app_for(DECIDE, 1, 0.4);
+    drive.read_for(300, us(80));
+    r.app_for(DECIDE, 1, 0.4);
+    let held = r.pacer.rate;
+    for _ in 0..6 {
+        r.app_for(DECIDE, 1, 0.4);
+        r.shows("1.33× its 0.061 ms alone (over 1.2×: not growing)");
+        assert_eq!(r.pacer.rate, held);
+    }
+    drive.read_for(300, us(60));
+    r.app_for(DECIDE, 1, 0.4);
+    assert!(r.pacer.rate > held, "{} after {held}", r.pacer.rate);
+    assert!(!r.pacer.slow_start, "the application noticed");
+}
+
+/// Over [`tail::FAR_OVER`] twice in a row: a quarter less each decision,
+/// one request in flight, down to the floor and no further.
+#[test]
+fn a_tail_far_over_twice_cuts_a_quarter_down_to_the_floor() {
+    let drive = FakeDrive::default();
+    drive.read_for(300, us(60));
+    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
     for _ in 0..4 {
         r.app_for(DECIDE, 1, 0.4);
-        rates.push(r.rate());
+    }
+    let grown = r.pacer.rate;
+    assert!(grown > 2.0 * FLOOR as f64, "{grown}");
+    // Three in flight, none on trial (a trial would go back at once).
+    r.pacer.depth_trial = None;
+    r.pacer.depth = 3;
+    drive.read_for(300, us(150));
+    r.app_for(DECIDE, 1, 0.4);
+    assert_eq!(r.pacer.rate, grown, "the first window over only holds");
+    assert_eq!(r.pacer.depth, 3);
+    r.app_for(DECIDE, 1, 0.4);
+    assert_eq!(r.pacer.rate, grown * tail::CUT);
+    assert_eq!(r.pacer.depth, 1);
+    r.shows("2.53× its 0.061 ms alone (over 1.5×: slowing down)");
+    for _ in 0..10 {
+        r.app_for(DECIDE, 1, 0.4);
+    }
+    assert_eq!(r.pacer.rate, FLOOR as f64);
+    r.shows("(over 1.5×, held at the floor: progress is a promise)");
+}
+
+/// One window over by far, then within: held once, never cut.
+#[test]
+fn one_window_far_over_is_not_cut_for() {
+    let drive = FakeDrive::default();
+    drive.read_for(300, us(60));
+    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    r.app_for(DECIDE, 1, 0.4);
+    let mut rates = vec![r.pacer.rate];
+    for slow in [true, false, false, true, false] {
+        drive.read_for(300, us(if slow { 400 } else { 60 }));
+        r.app_for(DECIDE, 1, 0.4);
+        rates.push(r.pacer.rate);
     }
     assert!(rates.windows(2).all(|w| w[1] >= w[0]), "{rates:?}");
+    assert!(rates.last() > rates.first(), "{rates:?}");
+}
+
+/// In the hold band (the mean at 1.05× at any rate: more rate goes on
+/// trial), a trial whose window's tail is over its target goes back, and
+/// the next waits [`tail::TRIALS_AFTER`] (not until the latency is
+/// learned again: the tail's say alone is noise as often): here the
+/// tail is 1.33× above 8 MiB/s.
+#[test]
+fn more_rate_whose_tail_is_over_goes_back_and_waits() {
+    let drive = FakeDrive::default();
+    drive.read_for(300, us(60));
+    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB));
+    let mut engine = SlowDrive::new(100 * MIB);
+    let (mut rates, mut over) = (vec![], 0);
+    let end = r.now + Duration::from_secs(12);
+    while r.now < end {
+        let sharing = r.sharing();
+        let fast = sharing && r.pacer.rate > 8.0 * MIB as f64;
+        drive.read_for(300, us(if fast { 80 } else { 60 }));
+        engine.tick(&mut r, if sharing { 0.42 } else { 0.4 });
+        if r.sharing() {
+            rates.push(r.pacer.rate);
+            over += u32::from(r.pacer.rate > 8.0 * MIB as f64);
+        }
+    }
+    let top = rates.iter().cloned().fold(0.0, f64::max);
+    assert!(
+        top <= 8.0 * MIB as f64 * 1.25 * 1.01,
+        "past one step over 8 MiB/s: {rates:?}"
+    );
+    // Two trials at most in 12 s (one a window, then 5 s apart).
+    assert!(
+        over > 0 && over <= 2 * TRIAL_TICKS,
+        "{over} ticks over: {rates:?}"
+    );
+    assert!(!r.pacer.rate_trials_over, "not latched: {rates:?}");
+}
+
+/// The tail over by far with the mean just over its aim (1.125×: the
+/// mean alone cuts 2 %): a quarter off all the same.
+#[test]
+fn a_tail_far_over_cuts_a_quarter_even_with_the_mean_just_over_its_aim() {
+    let drive = FakeDrive::default();
+    drive.read_for(300, us(60));
+    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    for _ in 0..4 {
+        r.app_for(DECIDE, 1, 0.4);
+    }
+    drive.read_for(300, us(150));
+    r.app_for(DECIDE, 1, 0.45);
+    let once = r.pacer.rate;
+    r.app_for(DECIDE, 1, 0.45);
+    assert_eq!(r.pacer.rate, once * tail::CUT);
 }
 
 #[test]
@@ -56,4 +173,139 @@ fn no_p99_without_enough_reads_timed_or_with_ours_counted_as_the_applications() 
     r.app_for(DECIDE * 2, 1, 0.4);
     let y = r.pacer.status().yielding().unwrap();
     assert!(!y.reason.contains("p99"), "{}", y.reason);
+}
+
+/// What status shows as the p99 alone when it is `t`: the upper bound
+/// of `t`'s bucket.
+fn alone_shown(t: Duration) -> String {
+    let mut h = crate::io::block_reads::Histogram::default();
+    h.add(t);
+    let p99 = h.quantile(0.99).unwrap();
+    format!("its {:.3} ms alone", p99.as_secs_f64() * 1e3)
+}
+
+/// Shares (the application's mean `app_ms` a read) until the pacer
+/// learns again, and through that learning.
+fn learn_again(r: &mut Rig, app_ms: f64) {
+    learn_again_from(r, app_ms, APP_READS);
+}
+
+/// The same, the application reading `reads` a tick while learning.
+fn learn_again_from(r: &mut Rig, app_ms: f64, reads: u64) {
+    let mut ticks = 0;
+    while r.sharing() {
+        r.tick_with(1, APP_READS, app_ms);
+        ticks += 1;
+        assert!(ticks < 1_000, "never learned again");
+    }
+    while !r.sharing() {
+        r.tick_with(0, reads, app_ms);
+        ticks += 1;
+        assert!(ticks < 1_000, "never shared again");
+    }
+}
+
+#[test]
+fn the_p99_alone_is_of_the_last_learnings_reads_together() {
+    let drive = FakeDrive::default();
+    drive.read_for(300, us(60));
+    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    r.app_for(DECIDE, 1, 0.4);
+    r.shows(&alone_shown(us(60)));
+    // A learning whose 300 reads have 6 slow ones: its own p99 is 300 µs
+    // (the third slowest); with the 300 learned before, 6 of 600, 1 %:
+    // 60 µs.
+    drive.read_mixed(&[(294, us(60)), (6, us(300))]);
+    learn_again(&mut r, 0.4);
+    r.app_for(DECIDE, 1, 0.4);
+    r.shows(&alone_shown(us(60)));
+}
+
+#[test]
+fn a_learnings_reads_leave_the_pool_when_it_is_full() {
+    let drive = FakeDrive::default();
+    drive.read_for(300, us(1000));
+    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    r.app_for(DECIDE, 1, 0.4);
+    r.shows(&alone_shown(us(1000)));
+    drive.read_for(300, us(60));
+    // With the slow learning in the pool, a quarter or more of its reads
+    // are slow: its p99 is theirs.
+    for _ in 1..tail::POOLED {
+        learn_again(&mut r, 0.4);
+        r.app_for(DECIDE, 1, 0.4);
+        r.shows(&alone_shown(us(1000)));
+    }
+    learn_again(&mut r, 0.4);
+    r.app_for(DECIDE, 1, 0.4);
+    r.shows(&alone_shown(us(60)));
+}
+
+#[test]
+fn an_application_that_changed_starts_the_pool_again() {
+    for (mean_then, pooled) in [(0.44, true), (0.8, false), (0.3, false)] {
+        let drive = FakeDrive::default();
+        drive.read_for(300, us(1000));
+        let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+        drive.read_for(300, us(60));
+        // Its mean alone 1.1× the one before: the same application; 2×
+        // or 0.75×: another, whose tail is its own.
+        learn_again(&mut r, mean_then);
+        r.app_for(DECIDE, 1, mean_then);
+        let want = if pooled { us(1000) } else { us(60) };
+        r.shows(&alone_shown(want));
+    }
+}
+
+/// A mean alone of fewer reads than a p99 needs (45 in a learning) that
+/// doubled is no evidence the application changed: the pool stands.
+#[test]
+fn a_mean_of_a_few_reads_does_not_start_the_pool_again() {
+    let drive = FakeDrive::default();
+    drive.read_for(300, us(1000));
+    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    drive.read_for(300, us(60));
+    learn_again_from(&mut r, 0.8, 15);
+    r.app_for(DECIDE, 1, 0.8);
+    r.shows(&alone_shown(us(1000)));
+}
+
+#[test]
+fn a_light_readers_learnings_together_make_a_p99() {
+    // 80 reads timed while learning: too few for a p99 (`MIN_READS`);
+    // three learnings' 240 are enough.
+    let drive = FakeDrive::default();
+    drive.read_for(80, us(60));
+    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    for learnings in 1..=3 {
+        drive.read_for(300, us(60));
+        r.app_for(DECIDE, 1, 0.4);
+        let y = r.pacer.status().yielding().unwrap();
+        assert_eq!(
+            y.reason.contains(&alone_shown(us(60))),
+            learnings == 3,
+            "after {learnings}: {}",
+            y.reason
+        );
+        drive.read_for(80, us(60));
+        learn_again(&mut r, 0.4);
+    }
+}
+
+/// One more request of ours in flight leaves the mean where it was and
+/// puts the tail over its target (80 µs against 60 alone): the depth
+/// goes back, and the next trial waits [`tail::TRIALS_AFTER`] (no
+/// ceiling: the tail's say alone is noise as often).
+#[test]
+fn more_depth_whose_tail_is_over_goes_back_and_waits() {
+    let drive = FakeDrive::default();
+    drive.read_for(300, us(60));
+    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let deeper = share_for(&mut r, Duration::from_secs(8), |depth| {
+        drive.read_for(300, us(if depth > 1 { 80 } else { 60 }));
+        0.4
+    });
+    assert!(deeper > 0, "tried");
+    assert!(deeper <= 2 * TRIAL_TICKS, "{deeper} ticks deeper");
+    assert_eq!(r.pacer.depth_ceiling, None);
 }
