@@ -116,7 +116,12 @@ struct DefaultRun {
 }
 
 impl DefaultRun {
-    fn judge(r: &Repeated, idle: &Latencies, best_fixed: Option<BestFixed>, reachable: bool) -> Self {
+    fn judge(
+        r: &Repeated,
+        idle: &Latencies,
+        best_fixed: Option<BestFixed>,
+        reachable: bool,
+    ) -> Self {
         let (l, rate) = (r.lat, r.outcome.unwrap().mib_per_s);
         let fast_enough = best_fixed.is_none_or(|b| rate >= b.measured);
         let verdict = match (within(&l, idle), fast_enough, reachable) {
@@ -333,7 +338,10 @@ fn main() {
         println!("| {name} | {r:.3}× |");
     }
     for (who, pick) in [
-        ("default", (|c: &Cell| c.root.verdict) as fn(&Cell) -> Verdict),
+        (
+            "default",
+            (|c: &Cell| c.root.verdict) as fn(&Cell) -> Verdict,
+        ),
         ("as the unit", |c: &Cell| c.unit.verdict),
     ] {
         let count = |v: Verdict| cells.iter().filter(|c| pick(c) == v).count();

@@ -21,7 +21,10 @@ pub struct Outcome {
 /// capabilities only (its `CapabilityBoundingSet=`), not root's: no
 /// `CAP_BPF`, `CAP_PERFMON` or `CAP_SYS_ADMIN`, so its pacer cannot time
 /// the drive's reads one by one and steers on their mean alone, as the
-/// daemon under systemd does.
+/// daemon under systemd does. Only the capabilities differ: the unit's
+/// `Nice=10` is not applied (the refresh under `nice -n 10` beside the
+/// loop devices' readers measured no difference one run's noise does
+/// not make: docs/benchmarks.md).
 pub const AS_THE_UNIT: &str = "--as-the-unit";
 
 /// The unit's bounding set as `setpriv --bounding-set` takes it
@@ -33,12 +36,21 @@ fn unit_bounding_set() -> String {
         "/systemd/refreshd.service"
     ))
     .unwrap();
-    let caps = unit
+    // systemd joins repeated lines; a `~` list or an empty reset would
+    // need systemd's rules, which the unit does not use today.
+    let lists: Vec<&str> = unit
         .lines()
-        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
-        .expect("the unit's CapabilityBoundingSet=");
+        .filter_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .collect();
+    assert!(
+        !lists.is_empty()
+            && lists
+                .iter()
+                .all(|l| !l.trim().is_empty() && !l.starts_with('~')),
+        "the unit's CapabilityBoundingSet= is not a plain list: {lists:?}"
+    );
     let mut set = String::from("-all");
-    for cap in caps.split_whitespace() {
+    for cap in lists.iter().flat_map(|l| l.split_whitespace()) {
         let name = cap.strip_prefix("CAP_").expect("CAP_ names").to_lowercase();
         set += &format!(",+{name}");
     }
@@ -65,7 +77,14 @@ impl Refresh {
         let (mut cmd, extra) = match extra.split_first() {
             Some((&AS_THE_UNIT, rest)) => {
                 let mut c = Command::new("setpriv");
-                c.args(["--bounding-set", &unit_bounding_set(), "--", bin]);
+                // Root's capabilities after exec are its bounding set and
+                // its inheritable set together: both go.
+                c.args(["--inh-caps=-all", "--ambient-caps=-all"]).args([
+                    "--bounding-set",
+                    &unit_bounding_set(),
+                    "--",
+                    bin,
+                ]);
                 (c, rest)
             }
             _ => (Command::new(bin), extra),
