@@ -30,7 +30,12 @@ pub const AS_THE_UNIT: &str = "--as-the-unit";
 /// The unit's bounding set as `setpriv --bounding-set` takes it
 /// (`-all,+lease,…`), read from systemd/refreshd.service: the unit is
 /// what is measured, whatever it grants.
-fn unit_bounding_set() -> String {
+fn unit_bounding_set() -> &'static str {
+    static SET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SET.get_or_init(read_unit_bounding_set)
+}
+
+fn read_unit_bounding_set() -> String {
     let unit = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/systemd/refreshd.service"
@@ -81,7 +86,7 @@ impl Refresh {
                 // its inheritable set together: both go.
                 c.args(["--inh-caps=-all", "--ambient-caps=-all"]).args([
                     "--bounding-set",
-                    &unit_bounding_set(),
+                    unit_bounding_set(),
                     "--",
                     bin,
                 ]);

@@ -468,7 +468,7 @@ impl Pacer {
                 if mean_cost {
                     self.depth_ceiling = Some(ceiling);
                 } else {
-                    self.trials_from = now + tail::TRIALS_AFTER;
+                    self.rest_trials(now);
                 }
             }
         }

@@ -46,7 +46,7 @@ impl Pacer {
             if mean_cost {
                 self.rate_trials_over = true;
             } else {
-                self.trials_from = now + super::tail::TRIALS_AFTER;
+                self.rest_trials(now);
             }
         }
         mean_cost || tail_over
@@ -86,5 +86,12 @@ impl Pacer {
         if !keep_ceiling {
             self.rate_trials_over = false;
         }
+    }
+
+    /// A trial the tail alone sent back: none of rate or depth for
+    /// [`super::tail::TRIALS_AFTER`] from `now` (one the mean sent back
+    /// latches instead, until the latency is learned again).
+    pub(super) fn rest_trials(&mut self, now: Duration) {
+        self.trials_from = now + super::tail::TRIALS_AFTER;
     }
 }

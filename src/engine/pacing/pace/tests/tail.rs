@@ -8,11 +8,18 @@ fn us(n: u64) -> Duration {
     Duration::from_micros(n)
 }
 
+/// A drive whose reads are timed, `reads` of `each` between two looks,
+/// and a rig sharing it with an application learned at 0.4 ms a read.
+fn shared_timed(reads: u64, each: Duration) -> (FakeDrive, Rig) {
+    let drive = FakeDrive::default();
+    drive.read_for(reads, each);
+    let r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    (drive, r)
+}
+
 #[test]
 fn the_p99_at_the_drive_is_learned_alone_and_shown_against_it() {
-    let drive = FakeDrive::default();
-    drive.read_for(300, us(60));
-    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let (drive, mut r) = shared_timed(300, us(60));
     r.app_for(DECIDE, 1, 0.4);
     // Alone and beside us alike: 1.00× (the same bucket).
     r.shows("; p99 at the drive 1.00× its 0.061 ms alone");
@@ -29,9 +36,7 @@ fn the_p99_at_the_drive_is_learned_alone_and_shown_against_it() {
 /// would grow holds, and grows again once the tail is back within.
 #[test]
 fn a_tail_over_its_target_holds_the_rate_the_mean_would_grow() {
-    let drive = FakeDrive::default();
-    drive.read_for(300, us(60));
-    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let (drive, mut r) = shared_timed(300, us(60));
     r.app_for(DECIDE, 1, 0.4);
     drive.read_for(300, us(80));
     r.app_for(DECIDE, 1, 0.4);
@@ -51,9 +56,7 @@ fn a_tail_over_its_target_holds_the_rate_the_mean_would_grow() {
 /// one request in flight, down to the floor and no further.
 #[test]
 fn a_tail_far_over_twice_cuts_a_quarter_down_to_the_floor() {
-    let drive = FakeDrive::default();
-    drive.read_for(300, us(60));
-    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let (drive, mut r) = shared_timed(300, us(60));
     for _ in 0..4 {
         r.app_for(DECIDE, 1, 0.4);
     }
@@ -80,9 +83,7 @@ fn a_tail_far_over_twice_cuts_a_quarter_down_to_the_floor() {
 /// One window over by far, then within: held once, never cut.
 #[test]
 fn one_window_far_over_is_not_cut_for() {
-    let drive = FakeDrive::default();
-    drive.read_for(300, us(60));
-    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let (drive, mut r) = shared_timed(300, us(60));
     r.app_for(DECIDE, 1, 0.4);
     let mut rates = vec![r.pacer.rate];
     for slow in [true, false, false, true, false] {
@@ -134,9 +135,7 @@ fn more_rate_whose_tail_is_over_goes_back_and_waits() {
 /// mean alone cuts 2 %): a quarter off all the same.
 #[test]
 fn a_tail_far_over_cuts_a_quarter_even_with_the_mean_just_over_its_aim() {
-    let drive = FakeDrive::default();
-    drive.read_for(300, us(60));
-    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let (drive, mut r) = shared_timed(300, us(60));
     for _ in 0..4 {
         r.app_for(DECIDE, 1, 0.4);
     }
@@ -151,9 +150,7 @@ fn a_tail_far_over_cuts_a_quarter_even_with_the_mean_just_over_its_aim() {
 fn no_p99_without_enough_reads_timed_or_with_ours_counted_as_the_applications() {
     // Too few reads while learning to say a p99 (30; a p99 needs
     // `tail::MIN_READS`): none shown.
-    let drive = FakeDrive::default();
-    drive.read_for(30, us(60));
-    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let (drive, mut r) = shared_timed(30, us(60));
     drive.read_for(300, us(60));
     r.app_for(DECIDE * 2, 1, 0.4);
     let y = r.pacer.status().yielding().unwrap();
@@ -207,9 +204,7 @@ fn learn_again_from(r: &mut Rig, app_ms: f64, reads: u64) {
 
 #[test]
 fn the_p99_alone_is_of_the_last_learnings_reads_together() {
-    let drive = FakeDrive::default();
-    drive.read_for(300, us(60));
-    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let (drive, mut r) = shared_timed(300, us(60));
     r.app_for(DECIDE, 1, 0.4);
     r.shows(&alone_shown(us(60)));
     // A learning whose 300 reads have 6 slow ones: its own p99 is 300 µs
@@ -223,9 +218,7 @@ fn the_p99_alone_is_of_the_last_learnings_reads_together() {
 
 #[test]
 fn a_learnings_reads_leave_the_pool_when_it_is_full() {
-    let drive = FakeDrive::default();
-    drive.read_for(300, us(1000));
-    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let (drive, mut r) = shared_timed(300, us(1000));
     r.app_for(DECIDE, 1, 0.4);
     r.shows(&alone_shown(us(1000)));
     drive.read_for(300, us(60));
@@ -244,9 +237,7 @@ fn a_learnings_reads_leave_the_pool_when_it_is_full() {
 #[test]
 fn an_application_that_changed_starts_the_pool_again() {
     for (mean_then, pooled) in [(0.44, true), (0.8, false), (0.3, false)] {
-        let drive = FakeDrive::default();
-        drive.read_for(300, us(1000));
-        let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+        let (drive, mut r) = shared_timed(300, us(1000));
         drive.read_for(300, us(60));
         // Its mean alone 1.1× the one before: the same application; 2×
         // or 0.75×: another, whose tail is its own.
@@ -261,9 +252,7 @@ fn an_application_that_changed_starts_the_pool_again() {
 /// doubled is no evidence the application changed: the pool stands.
 #[test]
 fn a_mean_of_a_few_reads_does_not_start_the_pool_again() {
-    let drive = FakeDrive::default();
-    drive.read_for(300, us(1000));
-    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let (drive, mut r) = shared_timed(300, us(1000));
     drive.read_for(300, us(60));
     learn_again_from(&mut r, 0.8, 15);
     r.app_for(DECIDE, 1, 0.8);
@@ -274,9 +263,7 @@ fn a_mean_of_a_few_reads_does_not_start_the_pool_again() {
 fn a_light_readers_learnings_together_make_a_p99() {
     // 80 reads timed while learning: too few for a p99 (`MIN_READS`);
     // three learnings' 240 are enough.
-    let drive = FakeDrive::default();
-    drive.read_for(80, us(60));
-    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let (drive, mut r) = shared_timed(80, us(60));
     for learnings in 1..=3 {
         drive.read_for(300, us(60));
         r.app_for(DECIDE, 1, 0.4);
@@ -298,9 +285,7 @@ fn a_light_readers_learnings_together_make_a_p99() {
 /// ceiling: the tail's say alone is noise as often).
 #[test]
 fn more_depth_whose_tail_is_over_goes_back_and_waits() {
-    let drive = FakeDrive::default();
-    drive.read_for(300, us(60));
-    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    let (drive, mut r) = shared_timed(300, us(60));
     let deeper = share_for(&mut r, Duration::from_secs(8), |depth| {
         drive.read_for(300, us(if depth > 1 { 80 } else { 60 }));
         0.4
