@@ -230,17 +230,15 @@ impl Pacer {
         self.count_app_reads(self.reads.reads_per_sec(TICK));
         if went_back {
             // Back to a rate whose latency was within the aim.
-        } else if ratio > AIM || says == tail::Says::FarOver {
-            // In proportion to the mean over its aim, at most halved; a
-            // quarter at least with the tail over by far after a window
-            // over ([`tail`]).
+        } else if ratio > AIM || says.cut() < 1.0 {
+            // In proportion to the mean over its aim, at most halved; at
+            // least what the tail's say cuts ([`tail`]), after which the
+            // rate grows no further than where it is.
             let by_mean = (AIM / ratio).clamp(0.5, 1.0);
-            let by_tail = if says == tail::Says::FarOver {
-                tail::CUT
-            } else {
-                1.0
-            };
-            self.rate *= by_mean.min(by_tail);
+            self.rate *= by_mean.min(says.cut());
+            if says.cut() < 1.0 {
+                self.tail.cut_to(self.rate.max(floor));
+            }
             // One request in flight, or what the floor needs (kept by
             // `sharing_depth`).
             self.depth = 1;
@@ -279,11 +277,13 @@ impl Pacer {
     /// does not read is no evidence the application would not notice it,
     /// and with no configured rate it grew without bound (past 2^64
     /// bytes/s in 70 s of an unhurt application; cut at most by half a
-    /// decision, it would then take 30 s to come down). Both growth and
-    /// a rate on trial ([`super::rate_trial`]) take this.
+    /// decision, it would then take 30 s to come down). Nor past the
+    /// ceiling a cut on the application's tail set ([`tail`]). Both
+    /// growth and a rate on trial ([`super::rate_trial`]) take this.
     pub(super) fn grown(&self, from: f64, step: f64) -> f64 {
         let reads = self.reads.own_per_sec(TICK);
-        (from * step).min(reads * 1.5).min(self.full())
+        let ceiling = self.tail.ceiling().unwrap_or(f64::INFINITY);
+        (from * step).min(reads * 1.5).min(self.full()).min(ceiling)
     }
 
     /// The request size while sharing: few enough requests that the

@@ -294,3 +294,141 @@ fn more_depth_whose_tail_is_over_goes_back_and_waits() {
     assert!(deeper <= 2 * TRIAL_TICKS, "{deeper} ticks deeper");
     assert_eq!(r.pacer.depth_ceiling, None);
 }
+
+/// The p99 of reads of `slow` against reads of `alone` as the pacer
+/// measures them (bucket bounds).
+fn measured(slow: Duration, alone: Duration) -> f64 {
+    let p99 = |t| {
+        let mut h = crate::io::block_reads::Histogram::default();
+        h.add(t);
+        h.quantile(0.99).unwrap().as_secs_f64()
+    };
+    p99(slow) / p99(alone)
+}
+
+/// Grown three decisions from the floor beside a tail within, then the
+/// tail at 80 µs a read (1.33× its 60 alone: over the target, under
+/// [`tail::FAR_OVER`], never cut for by one window): the rate it grew
+/// to, the rig and the ratio the pacer measures.
+fn steadily_over() -> (FakeDrive, Rig, f64, f64) {
+    let (drive, mut r) = shared_timed(300, us(60));
+    for _ in 0..4 {
+        r.app_for(DECIDE, 1, 0.4);
+    }
+    let grown = r.pacer.rate;
+    assert!(grown > 2.0 * FLOOR as f64, "{grown}");
+    drive.read_for(300, us(80));
+    (drive, r, grown, measured(us(80), us(60)))
+}
+
+/// Over by a little window after window: held until [`tail::SPAN`]
+/// windows are over together, then cut in proportion, one request in
+/// flight; the next span is of the rate it left.
+#[test]
+fn a_tail_over_across_the_span_is_cut_in_proportion() {
+    let (_drive, mut r, grown, over) = steadily_over();
+    r.pacer.depth_trial = None;
+    r.pacer.depth = 3;
+    // The three windows within (the rate grew at three decisions) are in
+    // the span: seven over fill it.
+    for _ in 0..tail::SPAN - 4 {
+        r.app_for(DECIDE, 1, 0.4);
+        assert_eq!(r.pacer.rate, grown, "held");
+    }
+    r.app_for(DECIDE, 1, 0.4);
+    let cut = r.pacer.rate;
+    assert!((cut - grown * tail::TARGET / over).abs() < 1.0, "{cut}");
+    assert_eq!(r.pacer.depth, 1);
+    r.shows(&format!("({over:.2}× over 10 windows: slowing down)"));
+    for _ in 0..tail::SPAN - 1 {
+        r.app_for(DECIDE, 1, 0.4);
+        assert_eq!(r.pacer.rate, cut, "a new span");
+    }
+    r.app_for(DECIDE, 1, 0.4);
+    assert!(r.pacer.rate < cut);
+}
+
+/// Cut on the tail, the rate grows no further than the cut left it while
+/// the mean would grow it; at each learning that bound rises by
+/// [`tail::CEILING_RISE`].
+#[test]
+fn after_a_cut_on_the_tail_the_rate_grows_only_a_little_a_learning() {
+    let (drive, mut r, _, _) = steadily_over();
+    for _ in 0..tail::SPAN - 3 {
+        r.app_for(DECIDE, 1, 0.4);
+    }
+    let cut = r.pacer.rate;
+    drive.read_for(300, us(60));
+    for _ in 0..20 {
+        r.app_for(DECIDE, 1, 0.4);
+        assert_eq!(r.pacer.rate, cut, "the mean reads 1.0×");
+    }
+    r.shows(&format!(
+        "grows to {:.1} MiB/s at most, where its tail last went over",
+        cut / MIB as f64
+    ));
+    learn_again(&mut r, 0.4);
+    for _ in 0..6 {
+        r.app_for(DECIDE, 1, 0.4);
+    }
+    assert!(r.pacer.rate > cut, "risen");
+    assert_eq!(r.pacer.rate, cut * tail::CEILING_RISE);
+}
+
+/// One window in ten with 2 % of its reads slow (its p99 over: held) is
+/// 0.2 % of the span's: within, and no cut, however long it goes on.
+#[test]
+fn a_window_over_now_and_then_is_not_a_span_over() {
+    let (drive, mut r) = shared_timed(300, us(60));
+    let mut rates = vec![];
+    for window in 0..4 * tail::SPAN {
+        let slow = if window % tail::SPAN == 0 { 6 } else { 0 };
+        drive.read_mixed(&[(300 - slow, us(60)), (slow, us(80))]);
+        r.app_for(DECIDE, 1, 0.4);
+        rates.push(r.pacer.rate);
+    }
+    assert!(rates.windows(2).all(|w| w[1] >= w[0]), "{rates:?}");
+    assert_eq!(r.pacer.tail.ceiling(), None);
+}
+
+/// Another application (its mean alone moved past [`tail::CHANGED`])
+/// grows past the bound the last one's tail set.
+#[test]
+fn another_application_is_not_bound_by_the_last_ones_tail() {
+    let (drive, mut r, _, _) = steadily_over();
+    for _ in 0..tail::SPAN - 3 {
+        r.app_for(DECIDE, 1, 0.4);
+    }
+    let cut = r.pacer.rate;
+    drive.read_for(300, us(60));
+    learn_again(&mut r, 0.8);
+    for _ in 0..6 {
+        r.app_for(DECIDE, 1, 0.8);
+    }
+    assert!(r.pacer.rate > cut * tail::CEILING_RISE, "{}", r.pacer.rate);
+}
+
+/// A drive where the application's tail is 1.33× alone above 8 MiB/s of
+/// ours and within below, its mean unmoved: the rate spends most of a
+/// minute at or under 8 MiB/s, and well above the floor.
+#[test]
+fn a_tail_over_above_a_rate_keeps_the_refresh_under_it() {
+    let (drive, mut r) = shared_timed(300, us(60));
+    let mut engine = SlowDrive::new(100 * MIB);
+    let (mut shared, mut over, mut sum) = (0u32, 0u32, 0.0);
+    let end = r.now + Duration::from_secs(60);
+    while r.now < end {
+        let fast = r.sharing() && r.pacer.rate > 8.0 * MIB as f64;
+        drive.read_for(300, us(if fast { 80 } else { 60 }));
+        engine.tick(&mut r, 0.4);
+        if r.sharing() {
+            shared += 1;
+            over += u32::from(r.pacer.rate > 8.0 * MIB as f64);
+            sum += r.pacer.rate;
+        }
+    }
+    let mean = sum / f64::from(shared) / MIB as f64;
+    eprintln!("{over} of {shared} ticks over 8 MiB/s, {mean:.2} MiB/s");
+    assert!(over * 5 <= shared, "{over} of {shared} ticks over 8 MiB/s");
+    assert!(mean > 6.0, "{mean} MiB/s");
+}
