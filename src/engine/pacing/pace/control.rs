@@ -221,7 +221,11 @@ impl Pacer {
         };
         let ratio = app / alone.max(0.001);
         let counts = self.read_times();
-        let tail = self.tail.decide(counts);
+        // The rate the window ran at: the controller's, unless the floor
+        // was paid back above it.
+        let ran_at = (self.floor_now() <= self.rate).then(|| self.rate.min(self.full()));
+        let tail = self.tail.decide(counts, ran_at);
+        self.tail.rise(DECIDE);
         let says = self.tail.says();
         let costly = says != tail::Says::Within;
         self.judge_depth_trial(ratio, costly, now);
@@ -230,14 +234,15 @@ impl Pacer {
         self.count_app_reads(self.reads.reads_per_sec(TICK));
         if went_back {
             // Back to a rate whose latency was within the aim.
-        } else if ratio > AIM || says.cut() < 1.0 {
+        } else if ratio > AIM || says.cuts() {
             // In proportion to the mean over its aim, at most halved; at
             // least what the tail's say cuts ([`tail`]), after which the
-            // rate grows no further than where it is.
-            let by_mean = (AIM / ratio).clamp(0.5, 1.0);
-            self.rate *= by_mean.min(says.cut());
-            if says.cut() < 1.0 {
-                self.tail.cut_to(self.rate.max(floor));
+            // rate grows no further than the tail's cut.
+            let by_mean = self.rate * (AIM / ratio).clamp(0.5, 1.0);
+            let by_tail = says.rate_after(self.rate);
+            self.rate = by_mean.min(by_tail);
+            if says.cuts() {
+                self.tail.cut_to(by_tail, floor);
             }
             // One request in flight, or what the floor needs (kept by
             // `sharing_depth`).

@@ -18,8 +18,8 @@
 //! [`CHANGED`] from the one before (the application changed what it
 //! does: another queue depth, another read size) starts the pool again.
 //!
-//! **The guard** ([`Says`]). The mean's law steers; the tail only stops
-//! it. A window's p99 over [`TARGET`] its p99 alone holds the rate (no
+//! **The guard** ([`Says`]). The mean's law steers; the tail stops it,
+//! and cuts it where the tail is over for sure. A window's p99 over [`TARGET`] its p99 alone holds the rate (no
 //! growth, and a rate or depth on trial goes back); over [`FAR_OVER`]
 //! after a window over [`TARGET`], the rate is cut by a quarter and one
 //! request goes in flight. Why a guard and not a law: beside a QD1
@@ -41,27 +41,38 @@
 //! windows in a row cost a quarter. A window over also ends the start
 //! from the floor, as the mean's notice does.
 //!
-//! **Over by a little, steadily** ([`Says::SpanOver`]). One window's p99
-//! is noise; the p99 of the last [`SPAN`] windows together (5 s, 2,000
-//! reads or more: of 3,000 its twentieth slowest) is not. Over
-//! [`TARGET`] the rate is cut in proportion ([`TARGET`] / that ratio,
-//! within [`CUT`]..[`SPAN_CUT_LEAST`]), the span starts again at the
-//! rate it left, and the rate grows (by the mean's law, or on trial) no
-//! further than where the cut left it: that ceiling rises by [`CEILING_RISE`] at each learning (every
-//! 30 s), and goes when the application changes ([`CHANGED`]). Without
-//! it the guard held a tail between [`TARGET`] and [`FAR_OVER`] for
-//! good: in 70 s runs on the loop devices the p99 sat at 1.16–1.48×
-//! idle; with it, 1.16–1.29× (docs/benchmarks.md, "The tail over a span
-//! of windows"). One window over in ten (2 % of its reads slow) is 0.2 %
-//! of the span's: no cut. The cut before, a window's p99 over 1.15×, was
-//! the noise of one window; the weighing before, read by read, was of a
-//! p99 alone learned once (both in benchmarks.md). A cut for a tail
-//! [`FAR_OVER`] sets the ceiling too.
+//! **Over by a little, steadily** ([`Says::SpanOver`], [`steady`]).
+//! One window's p99 is noise; the p99 of the last [`SPAN`] windows'
+//! reads together (5 s, 2,000 reads or more) is the application's tail
+//! over those 5 s: over [`TARGET`] (more than 1 % of the span's reads
+//! slow, not one window's few), the rate is cut to the mean of the rates
+//! the windows ran at times [`TARGET`] / that ratio (0.75–0.95), one
+//! request in flight, and the span starts again at the rate it left. A
+//! window that began with a pause or a learning, or in which the floor
+//! was paid back above the controller's rate, is not in a span: its
+//! reads queued behind what was not the controller's rate. After a cut
+//! on the tail (over the span, or [`FAR_OVER`]) the rate grows, by the
+//! mean's law or on trial, no further than the cut: that ceiling rises
+//! by [`steady::CEILING_RISE`] every 30 s of decisions, and goes when the
+//! application changes ([`CHANGED`]) or the refresh leaves the drive to
+//! it; a cut to the floor sets none (the floor is kept whatever the
+//! tail says, and a ceiling there would only hold the refresh at it).
+//! Without the span the guard held a tail between [`TARGET`] and
+//! [`FAR_OVER`] for good: in 70 s runs on the loop devices the pacer's
+//! windows read over 1.2× in 50–75 % of the windows after the first 10
+//! s, and the reader's p99 sat at 1.16–1.48× idle (docs/benchmarks.md,
+//! "The tail over a span of windows"). The law that cut at 1.15× a
+//! window's p99 lost the rate to one window's noise; the weighing of
+//! reads across windows, to a p99 alone learned once (both in
+//! benchmarks.md): this one weighs 5 s of reads against the pool's.
+
+pub mod steady;
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::io::block_reads::Histogram;
+pub use steady::SPAN;
 
 /// The application's latency, mean and p99, may be this many times its
 /// latency alone.
@@ -88,23 +99,32 @@ pub const FAR_OVER: f64 = 1.5;
 /// The cut for a tail [`FAR_OVER`]: a quarter.
 pub const CUT: f64 = 0.75;
 
-/// The last this many windows (5 s at one decision every
-/// [`super::DECIDE`]) are weighed together: their p99 over [`TARGET`]
-/// is a tail over by a little, steadily, not a window's noise.
-pub const SPAN: usize = 10;
-/// Fewer of the application's reads than this in the [`SPAN`]: no say
-/// (its p99 is the twentieth slowest).
-pub const SPAN_READS: u64 = 2_000;
-/// The cut for a span over [`TARGET`]: in proportion ([`TARGET`] / its
-/// p99 over the one alone), at least this...
-pub const SPAN_CUT_LEAST: f64 = 0.95;
-/// ...and at most [`CUT`].
-const _: () = assert!(CUT < SPAN_CUT_LEAST);
-/// After a cut on the tail the rate grows no further than where the cut
-/// put it; that bound rises by this at each learning (every
-/// [`super::RELEARN`]), so the refresh tries for more, slowly, where the
-/// application's tail may have room again.
-pub const CEILING_RISE: f64 = 1.1;
+/// The cut for the last [`SPAN`] windows together over [`TARGET`] is in
+/// proportion ([`TARGET`] / their p99 over the one alone, of the mean
+/// rate they ran at), the rate times no more than this and no less than
+/// [`CUT`].
+pub const SPAN_CUT_MOST: f64 = 0.95;
+const _: () = assert!(CUT < SPAN_CUT_MOST);
+
+/// The last [`SPAN`] windows over [`TARGET`] together.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpanOver {
+    /// Their p99 over the one alone.
+    pub ratio: f64,
+    /// The rate to cut to: the mean of the rates they ran at, cut in
+    /// proportion.
+    pub to: f64,
+}
+
+impl SpanOver {
+    fn of(weighed: steady::Weighed) -> Option<SpanOver> {
+        let ratio = weighed.ratio;
+        (ratio > TARGET).then(|| SpanOver {
+            ratio,
+            to: weighed.ran_at * (TARGET / ratio).clamp(CUT, SPAN_CUT_MOST),
+        })
+    }
+}
 
 /// After a trial the tail alone sent back, no more trials for this long
 /// (one the mean sent back: none until the latency is learned again).
@@ -124,17 +144,24 @@ pub enum Says {
     /// Over [`FAR_OVER`], and over [`TARGET`] the window before: cut.
     FarOver,
     /// The last [`SPAN`] windows together over [`TARGET`]: cut, in
-    /// proportion (the p99 over the span, its ratio to the one alone).
-    SpanOver(f64),
+    /// proportion.
+    SpanOver(SpanOver),
 }
 
 impl Says {
-    /// The tail's cut of the rate (1: none).
-    pub fn cut(self) -> f64 {
+    /// Whether it cuts the rate.
+    pub fn cuts(self) -> bool {
+        matches!(self, Says::FarOver | Says::SpanOver(_))
+    }
+
+    /// The rate it cuts `rate` to: the ceiling after it, if it cuts (a
+    /// span's cut is of the rates it ran at: it may be over `rate`, which
+    /// the mean cut since).
+    pub fn rate_after(self, rate: f64) -> f64 {
         match self {
-            Says::Within | Says::Over => 1.0,
-            Says::FarOver => CUT,
-            Says::SpanOver(ratio) => (TARGET / ratio).clamp(CUT, SPAN_CUT_LEAST),
+            Says::Within | Says::Over => rate,
+            Says::FarOver => rate * CUT,
+            Says::SpanOver(over) => over.to,
         }
     }
 }
@@ -153,12 +180,13 @@ pub struct Tail {
     now: Option<f64>,
     /// What it said of the last window.
     says: Says,
-    /// The last [`SPAN`] windows' reads, the newest last (since the last
-    /// cut on the tail: the evidence is of the rate it left).
-    span: VecDeque<Histogram>,
-    /// The rate the refresh grows no further than: where the last cut on
-    /// the tail left it, risen since by [`CEILING_RISE`] a learning.
-    ceiling: Option<f64>,
+    /// The window starting is the first after a pause or a learning: the
+    /// application's reads in it queued behind what ran at the
+    /// configured rate, or while the floor was paid back; not the
+    /// controller's rate's, so not the span's.
+    fresh: bool,
+    /// The last windows together, and the ceiling a cut on the tail set.
+    steady: steady::Steady,
 }
 
 impl Tail {
@@ -180,10 +208,8 @@ impl Tail {
             // Another application: what its tail taught is not its own.
             self.pool.clear();
             self.alone = None;
-            self.span.clear();
-            self.ceiling = None;
+            self.steady.forget();
         }
-        self.ceiling = self.ceiling.map(|c| c * CEILING_RISE);
         if let (Some(from), Some(c)) = (self.learning_from.take(), counts.as_ref()) {
             let this = c.since(&from);
             let this_p99 = this.quantile(0.99);
@@ -218,26 +244,34 @@ impl Tail {
         self.since = counts;
         self.now = None;
         self.says = Says::Within;
+        self.fresh = true;
     }
 
     /// A decision: the window's p99 over the one alone, when both are
-    /// known; the next window starts.
-    pub fn decide(&mut self, counts: Option<Histogram>) -> Option<f64> {
+    /// known; the next window starts. `ran_at`: the controller's rate
+    /// over the window (`None`: the floor was paid back above it).
+    pub fn decide(&mut self, counts: Option<Histogram>, ran_at: Option<f64>) -> Option<f64> {
         let window = match (self.since.as_ref(), counts.as_ref()) {
             (Some(since), Some(c)) => Some(c.since(since)),
             _ => None,
         };
+        // The window before, on its own (not the span's say).
+        let over_before = self.now.is_some_and(|r| r > TARGET);
         self.now = window
             .as_ref()
             .filter(|w| w.reads() >= MIN_READS)
             .and_then(|w| w.quantile(0.99))
             .zip(self.alone)
             .map(|(p99, alone)| p99.as_secs_f64() / alone.as_secs_f64());
-        let over_before = self.says != Says::Within;
-        let span = window.and_then(|w| self.span_over(w));
+        let fresh = std::mem::take(&mut self.fresh);
+        let span = match (window, ran_at, self.alone) {
+            (Some(w), Some(rate), Some(alone)) if !fresh => self.steady.add(w, rate, alone),
+            _ => None,
+        }
+        .and_then(SpanOver::of);
         self.says = match (self.now, span) {
             (Some(r), _) if r > FAR_OVER && over_before => Says::FarOver,
-            (_, Some(r)) if r > TARGET => Says::SpanOver(r),
+            (_, Some(over)) => Says::SpanOver(over),
             (Some(r), _) if r > TARGET => Says::Over,
             _ => Says::Within,
         };
@@ -245,34 +279,21 @@ impl Tail {
         self.now
     }
 
-    /// The window's reads join the span; once it is [`SPAN`] windows of
-    /// [`SPAN_READS`] or more, its p99 over the one alone.
-    fn span_over(&mut self, window: Histogram) -> Option<f64> {
-        if self.span.len() == SPAN {
-            self.span.pop_front();
-        }
-        self.span.push_back(window);
-        if self.span.len() < SPAN {
-            return None;
-        }
-        let all = self
-            .span
-            .iter()
-            .fold(Histogram::default(), |sum, h| sum.plus(h));
-        let p99 = all.quantile(0.99).filter(|_| all.reads() >= SPAN_READS)?;
-        Some(p99.as_secs_f64() / self.alone?.as_secs_f64())
+    /// The rate was cut on the tail to `rate`: it grows no further (but
+    /// by [`steady::CEILING_RISE`] every 30 s), unless that is the `floor`; the
+    /// next span is of the rates it leaves.
+    pub fn cut_to(&mut self, rate: f64, floor: f64) {
+        self.steady.cut_to(rate, floor);
     }
 
-    /// The rate was cut on the tail to `rate`: it grows no further (see
-    /// [`CEILING_RISE`]), and the next span is of the rate it left.
-    pub fn cut_to(&mut self, rate: f64) {
-        self.ceiling = Some(rate);
-        self.span.clear();
+    /// A decision's share of the ceiling's rise: `decision` went by.
+    pub fn rise(&mut self, decision: Duration) {
+        self.steady.rise(decision);
     }
 
     /// The rate the refresh grows no further than, if the tail set one.
     pub fn ceiling(&self) -> Option<f64> {
-        self.ceiling
+        self.steady.ceiling()
     }
 
     /// What the tail said of the last window.
@@ -280,20 +301,24 @@ impl Tail {
         self.says
     }
 
-    /// Not sharing any more: nothing to show, nothing said (what was
-    /// learned stands).
+    /// Not sharing any more: nothing to show, nothing said (the p99
+    /// alone stands); the refresh starts again from the floor, its span
+    /// and ceiling gone with the rates they were of.
     pub fn stop_showing(&mut self) {
         self.now = None;
         self.says = Says::Within;
-        // From the floor up again: the span's windows were of a rate that
-        // is gone (the ceiling, of the same application, stands).
-        self.span.clear();
+        self.steady.forget();
     }
 
     /// For the operator: the last window's p99 at the drive against the
     /// one alone, and what that did (`at_floor`: the rate is the floor's).
     pub fn shown(&self, at_floor: bool) -> Option<String> {
-        let (ratio, alone) = (self.now?, self.alone?);
+        let alone = self.alone?;
+        // A span over can say it of a window too short for its own p99.
+        let ratio = match self.says {
+            Says::SpanOver(over) => self.now.unwrap_or(over.ratio),
+            _ => self.now?,
+        };
         let why = match self.says {
             Says::Within => String::new(),
             Says::Over => format!(" (over {TARGET}×: not growing)"),
@@ -301,14 +326,18 @@ impl Tail {
                 format!(" (over {FAR_OVER}×, held at the floor: progress is a promise)")
             }
             Says::FarOver => format!(" (over {FAR_OVER}×: slowing down)"),
-            Says::SpanOver(r) if at_floor => {
-                format!(" ({r:.2}× over {SPAN} windows, held at the floor: progress is a promise)")
-            }
-            Says::SpanOver(r) => format!(" ({r:.2}× over {SPAN} windows: slowing down)"),
+            Says::SpanOver(over) if at_floor => format!(
+                " ({:.2}× over the last {SPAN} windows, held at the floor: progress is a promise)",
+                over.ratio
+            ),
+            Says::SpanOver(over) => format!(
+                " ({:.2}× over the last {SPAN} windows: slowing down)",
+                over.ratio
+            ),
         };
-        let ceiling = match self.ceiling {
+        let ceiling = match self.ceiling() {
             Some(c) if !at_floor => format!(
-                "; grows to {:.1} MiB/s at most, where its tail last went over",
+                "; grows to {:.1} MiB/s at most since a cut on its tail",
                 c / f64::from(1 << 20)
             ),
             _ => String::new(),
