@@ -396,6 +396,9 @@ pub struct Pacer {
     busy_at_start: bool,
     /// The application's p99 at the drive, where its reads are timed.
     tail: tail::Tail,
+    /// A tick of the window since the last decision paid the floor back
+    /// above the controller's rate.
+    window_paid_back: bool,
 }
 
 impl Drop for Pacer {
@@ -458,6 +461,7 @@ impl Pacer {
             blind: blind::Blind::new(max_depth),
             busy_at_start: false,
             tail: tail::Tail::default(),
+            window_paid_back: false,
         };
         p.set_read_ioprio();
         p

@@ -86,6 +86,9 @@ impl Pacer {
         if was_paused {
             self.resume(now);
         }
+        // The tick just ended paid the floor back above the controller's
+        // rate: its window is not the rate's (see [`tail`]).
+        self.window_paid_back |= held.1 > self.rate;
         self.grow_depth(now, elapsed, own, held);
         if now >= self.decided + DECIDE {
             self.decide(now);
@@ -106,7 +109,7 @@ impl Pacer {
         }
         self.forget_rate_trial(true);
         let counts = self.read_times();
-        self.tail.restart(counts);
+        self.tail.restart(counts, true);
         self.show(None);
     }
 
@@ -222,10 +225,12 @@ impl Pacer {
         let ratio = app / alone.max(0.001);
         let counts = self.read_times();
         // The rate the window ran at: the controller's, unless the floor
-        // was paid back above it.
-        let ran_at = (self.floor_now() <= self.rate).then(|| self.rate.min(self.full()));
+        // was paid back above it at any tick of it.
+        let paid_back = std::mem::take(&mut self.window_paid_back);
+        let ran_at =
+            (!paid_back && self.floor_now() <= self.rate).then(|| self.rate.min(self.full()));
         let tail = self.tail.decide(counts, ran_at);
-        self.tail.rise(DECIDE);
+        self.tail.rise(DECIDE, self.full());
         let says = self.tail.says();
         let costly = says != tail::Says::Within;
         self.judge_depth_trial(ratio, costly, now);
@@ -233,20 +238,14 @@ impl Pacer {
         let floor = self.floor() as f64;
         self.count_app_reads(self.reads.reads_per_sec(TICK));
         if went_back {
-            // Back to a rate whose latency was within the aim.
-        } else if ratio > AIM || says.cuts() {
-            // In proportion to the mean over its aim, at most halved; at
-            // least what the tail's say cuts ([`tail`]), after which the
-            // rate grows no further than the tail's cut.
-            let by_mean = self.rate * (AIM / ratio).clamp(0.5, 1.0);
-            let by_tail = says.rate_after(self.rate);
-            self.rate = by_mean.min(by_tail);
+            // Back to a rate whose latency was within the aim; the tail's
+            // cut, if it says one, all the same.
             if says.cuts() {
-                self.tail.cut_to(by_tail, floor);
+                self.cut(1.0, says);
             }
-            // One request in flight, or what the floor needs (kept by
-            // `sharing_depth`).
-            self.depth = 1;
+        } else if ratio > AIM || says.cuts() {
+            // In proportion to the mean over its aim, at most halved.
+            self.cut((AIM / ratio).clamp(0.5, 1.0), says);
         } else if costly {
             // The mean would let it grow; the tail does not.
         } else if ratio < GROWTH_MARK {
@@ -274,6 +273,19 @@ impl Pacer {
         );
         self.reads.restart();
         self.show(Some((app, alone)));
+    }
+
+    /// The rate cut `by_mean`, and at least to what the tail's say cuts
+    /// ([`tail`]), after which the rate grows no further than the tail's
+    /// cut; one request in flight, or what the floor needs (kept by
+    /// `sharing_depth`).
+    fn cut(&mut self, by_mean: f64, says: tail::Says) {
+        let by_tail = says.rate_after(self.rate);
+        self.rate = (self.rate * by_mean).min(by_tail);
+        if says.cuts() {
+            self.tail.cut_to(by_tail, self.floor() as f64);
+        }
+        self.depth = 1;
     }
 
     /// `from` grown by `step`: within the configured rate, and no
@@ -442,7 +454,7 @@ impl Pacer {
         self.decided = now;
         self.reads.restart();
         let counts = self.read_times();
-        self.tail.restart(counts);
+        self.tail.restart(counts, false);
         self.depth = next;
     }
 

@@ -235,16 +235,18 @@ impl Tail {
                 "learned the application's p99 at the drive alone"
             );
         }
-        self.restart(counts);
+        self.restart(counts, true);
     }
 
     /// A new window from `counts` (after a pause: what ran at the
-    /// configured rate is not the window's).
-    pub fn restart(&mut self, counts: Option<Histogram>) {
+    /// configured rate is not the window's). `fresh`: it begins with a
+    /// pause or a learning behind it, and is not weighed in the span (a
+    /// window begun for a depth on trial is).
+    pub fn restart(&mut self, counts: Option<Histogram>, fresh: bool) {
         self.since = counts;
         self.now = None;
         self.says = Says::Within;
-        self.fresh = true;
+        self.fresh = fresh;
     }
 
     /// A decision: the window's p99 over the one alone, when both are
@@ -286,9 +288,10 @@ impl Tail {
         self.steady.cut_to(rate, floor);
     }
 
-    /// A decision's share of the ceiling's rise: `decision` went by.
-    pub fn rise(&mut self, decision: Duration) {
-        self.steady.rise(decision);
+    /// A decision's share of the ceiling's rise: `decision` went by; a
+    /// ceiling past `full` (the configured rate) bounds nothing, and goes.
+    pub fn rise(&mut self, decision: Duration, full: f64) {
+        self.steady.rise(decision, full);
     }
 
     /// The rate the refresh grows no further than, if the tail set one.

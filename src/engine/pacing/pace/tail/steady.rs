@@ -78,9 +78,10 @@ impl Steady {
     }
 
     /// A decision's share of [`CEILING_RISE`]: `decision` of its 30 s.
-    pub fn rise(&mut self, decision: Duration) {
+    /// Past `full` (the configured rate) it bounds nothing, and goes.
+    pub fn rise(&mut self, decision: Duration, full: f64) {
         let by = CEILING_RISE.powf(decision.as_secs_f64() / 30.0);
-        self.ceiling = self.ceiling.map(|c| c * by);
+        self.ceiling = self.ceiling.map(|c| c * by).filter(|&c| c < full);
     }
 
     /// The rate the refresh grows no further than, if the tail set one.
