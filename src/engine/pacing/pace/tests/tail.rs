@@ -560,21 +560,32 @@ fn a_tail_over_above_a_rate_keeps_the_refresh_under_it() {
     assert!(mean > 6.0, "{mean} MiB/s");
 }
 
+/// The drive's counts after `fast` reads of 60 µs and `slow` of 80 more.
+fn reads(
+    counts: &mut crate::io::block_reads::Histogram,
+    fast: u64,
+    slow: u64,
+) -> crate::io::block_reads::Histogram {
+    (0..fast).for_each(|_| counts.add(us(60)));
+    (0..slow).for_each(|_| counts.add(us(80)));
+    counts.clone()
+}
+
+/// A tail that learned 3,000 reads of 60 µs alone, and the drive's counts.
+fn learned_alone() -> (tail::Tail, crate::io::block_reads::Histogram) {
+    let mut counts = crate::io::block_reads::Histogram::default();
+    let mut t = tail::Tail::default();
+    t.start_learning(Some(counts.clone()));
+    t.learned(Some(reads(&mut counts, 3000, 0)), false);
+    (t, counts)
+}
+
 /// Windows in which the floor was paid back above the controller's rate
 /// (`ran_at` none), and the first after a learning, are not weighed; the
 /// same windows at the controller's rate are.
 #[test]
 fn windows_the_floor_was_paid_back_in_are_not_weighed() {
-    use crate::io::block_reads::Histogram;
-    let mut counts = Histogram::default();
-    let reads = |h: &mut Histogram, fast: u64, slow: u64| {
-        (0..fast).for_each(|_| h.add(us(60)));
-        (0..slow).for_each(|_| h.add(us(80)));
-        h.clone()
-    };
-    let mut t = tail::Tail::default();
-    t.start_learning(Some(counts.clone()));
-    t.learned(Some(reads(&mut counts, 3000, 0)), false);
+    let (mut t, mut counts) = learned_alone();
     for (ran_at, windows) in [(None, tail::SPAN), (Some(8.0 * MIB as f64), tail::SPAN - 1)] {
         for _ in 0..windows {
             t.decide(Some(reads(&mut counts, 260, 40)), ran_at);
@@ -616,17 +627,8 @@ fn a_span_over_after_the_mean_cut_does_not_cut_again() {
 /// trial is (it is the depth's evidence).
 #[test]
 fn the_window_after_a_learning_is_not_weighed_and_one_for_a_depth_trial_is() {
-    use crate::io::block_reads::Histogram;
-    let mut counts = Histogram::default();
-    let reads = |h: &mut Histogram, fast: u64, slow: u64| {
-        (0..fast).for_each(|_| h.add(us(60)));
-        (0..slow).for_each(|_| h.add(us(80)));
-        h.clone()
-    };
     let rate = Some(8.0 * MIB as f64);
-    let mut t = tail::Tail::default();
-    t.start_learning(Some(counts.clone()));
-    t.learned(Some(reads(&mut counts, 3000, 0)), false);
+    let (mut t, mut counts) = learned_alone();
     // The first of these is not weighed: SPAN - 2 are.
     for _ in 0..tail::SPAN - 1 {
         t.decide(Some(reads(&mut counts, 260, 40)), rate);
