@@ -63,6 +63,13 @@ impl Histogram {
         Histogram { counts }
     }
 
+    /// All of `counts` together (reads of different whiles, pooled).
+    pub fn pooled<'a>(counts: impl IntoIterator<Item = &'a Histogram>) -> Histogram {
+        counts
+            .into_iter()
+            .fold(Histogram::default(), |sum, h| sum.plus(h))
+    }
+
     /// Both counts together (reads of different whiles, pooled).
     pub fn plus(&self, more: &Histogram) -> Histogram {
         let counts = self

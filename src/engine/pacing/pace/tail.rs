@@ -219,10 +219,7 @@ impl Tail {
                 }
                 self.pool.push_back(this);
             }
-            let pooled = self
-                .pool
-                .iter()
-                .fold(Histogram::default(), |sum, h| sum.plus(h));
+            let pooled = Histogram::pooled(&self.pool);
             if pooled.reads() >= MIN_READS {
                 self.alone = pooled.quantile(0.99);
             }

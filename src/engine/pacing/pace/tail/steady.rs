@@ -52,10 +52,7 @@ impl Steady {
         if self.windows.len() < SPAN {
             return None;
         }
-        let all = self
-            .windows
-            .iter()
-            .fold(Histogram::default(), |sum, (h, _)| sum.plus(h));
+        let all = Histogram::pooled(self.windows.iter().map(|(h, _)| h));
         if all.reads() < SPAN_READS {
             return None;
         }

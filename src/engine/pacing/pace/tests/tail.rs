@@ -668,3 +668,31 @@ fn a_span_over_as_a_rate_trial_goes_back_is_still_cut() {
     assert!(r.pacer.rate < before, "{} after {before}", r.pacer.rate);
     assert!(r.pacer.tail.ceiling().is_some());
 }
+
+/// Just learned, the refresh pays its silence back to the floor above
+/// the controller's rate; the window in which that payback ends (the
+/// decision itself no longer pays back) had ticks that did: its reads,
+/// 40 of 300 slow, are not weighed, and no span is ever over.
+#[test]
+fn the_window_the_payback_ends_in_is_not_weighed() {
+    let (drive, mut r) = shared_timed(300, us(60));
+    slow_reads(&drive, 40);
+    // Nothing of ours read for two windows (the first after learning is
+    // not weighed anyway): the payback runs on into the third.
+    r.app_for(DECIDE * 2, 0, 0.4);
+    let mut paying = 2;
+    while r.pacer.floor_now() > r.pacer.rate {
+        r.app_for(DECIDE, 1, 0.4);
+        paying += 1;
+        assert!(paying < 50, "the payback never ended");
+    }
+    assert!(
+        paying > 2,
+        "it paid back past the window after learning: {paying}"
+    );
+    drive.read_for(300, us(60));
+    for _ in 0..2 * tail::SPAN {
+        r.app_for(DECIDE, 1, 0.4);
+        assert!(!matches!(r.pacer.tail.says(), tail::Says::SpanOver(_)));
+    }
+}
