@@ -15,10 +15,11 @@
 //!
 //! **What it compares with.** The application's latency with the refresh
 //! silent, learned: when the application first reads beside a refresh,
-//! and again every [`RELEARN`] while it keeps reading, the refresh stops
-//! for [`LEARN`] (nothing of its own in flight: it first waits, up to
-//! [`LEARN`] more, for its last reads and writes to complete) and
-//! measures. On the testbed that cost 1.3 % of the refresh's time
+//! and again every [`RELEARN`] while it keeps reading (every
+//! [`RELEARN_SOON`] until four learnings have timed its tail), the
+//! refresh stops for [`LEARN`] (nothing of its own in flight: it first
+//! waits, up to [`LEARN`] more, for its last reads and writes to
+//! complete) and measures. On the testbed that cost 1.3 % of the refresh's time
 //! (measured before it waited for writes); it is what lets one
 //! target hold on drives of any speed — a 0.4 ms read on an SSD channel
 //! and a 12 ms one behind a bfq queue alike — where a fixed threshold on
@@ -191,6 +192,15 @@ const GROWTH_FROM_THE_FLOOR: f64 = 1.5;
 pub const LEARN: Duration = Duration::from_millis(400);
 /// And learns again this often while the application keeps reading.
 pub const RELEARN: Duration = Duration::from_secs(30);
+/// ...and this soon while the tail's pool of learnings is young (fewer
+/// than [`tail::POOLED`]): one learning's p99 is noise. In four 70 s runs
+/// on the loop devices (16 cells' learnings, QD1 and QD8 readers), a
+/// learning's p99 alone was 0.76–1.45× the idle run's (the first 0.89–
+/// 1.31×), the pool of three 0.83–1.20×; at one every [`RELEARN`] the
+/// first learning alone stands for 30 s and the pool is full after 90.
+/// At one every 10 s it is full after 30; three learnings more cost 1.2 s
+/// of silence (the floor pays it back), once per application.
+pub const RELEARN_SOON: Duration = Duration::from_secs(10);
 /// With no read of the application this long, the drive is the refresh's.
 pub const QUIET: Duration = Duration::from_secs(3);
 /// While sharing, the application pauses when it has not read for this

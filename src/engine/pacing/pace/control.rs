@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{
     latency, tail, DepthTrial, Pacer, Phase, Yielding, AIM, DECIDE, DEPTH_COST, GROWTH,
     GROWTH_FROM_THE_FLOOR, GROWTH_MARK, LEARN, MAX_REQUEST, MIN_REQUEST, PAUSE, PAUSE_GAPS, QUIET,
-    RELEARN, REQUEST_TIME, TAIL_SHARE, TICK,
+    RELEARN, RELEARN_SOON, REQUEST_TIME, TAIL_SHARE, TICK,
 };
 use crate::io::account::OwnDone;
 
@@ -38,13 +38,26 @@ impl Pacer {
             }
             // Not in a pause: there would be nothing to learn.
             Phase::Sharing
-                if !self.paused && self.baseline.is_none_or(|(_, at)| now >= at + RELEARN) =>
+                if !self.paused
+                    && self
+                        .baseline
+                        .is_none_or(|(_, at)| now >= at + self.relearn_after()) =>
             {
                 self.start_learning(now)
             }
             Phase::Sharing => self.share(now, elapsed, own, held),
         }
         self.set_read_ioprio();
+    }
+
+    /// How long after a learning the next comes: sooner while the tail's
+    /// pool of learnings is young.
+    fn relearn_after(&self) -> Duration {
+        if self.tail.young() {
+            RELEARN_SOON
+        } else {
+            RELEARN
+        }
     }
 
     /// Every tick beside the application (learning or sharing, in its

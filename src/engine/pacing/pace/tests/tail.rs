@@ -182,6 +182,21 @@ fn alone_shown(t: Duration) -> String {
     format!("its {:.3} ms alone", p99.as_secs_f64() * 1e3)
 }
 
+/// Learns until the tail's pool is full ([`tail::POOLED`]): the next
+/// learning is [`RELEARN`] away, not [`RELEARN_SOON`].
+fn settle(r: &mut Rig) {
+    while r.pacer.tail.young() {
+        learn_again(r, 0.4);
+    }
+}
+
+/// [`shared_timed`], the pool full.
+fn settled_timed(reads: u64, each: Duration) -> (FakeDrive, Rig) {
+    let (drive, mut r) = shared_timed(reads, each);
+    settle(&mut r);
+    (drive, r)
+}
+
 /// Shares (the application's mean `app_ms` a read) until the pacer
 /// learns again, and through that learning.
 fn learn_again(r: &mut Rig, app_ms: f64) {
@@ -260,6 +275,55 @@ fn a_mean_of_a_few_reads_does_not_start_the_pool_again() {
     r.shows(&alone_shown(us(1000)));
 }
 
+/// The start of each learning from now until `end`.
+fn learnings_until(r: &mut Rig, end: Duration) -> Vec<Duration> {
+    let mut starts = vec![];
+    while r.now < end {
+        let learning = !r.sharing();
+        r.tick_with(u64::from(!learning), APP_READS, 0.4);
+        if !learning && !r.sharing() {
+            starts.push(r.now);
+        }
+    }
+    starts
+}
+
+/// A first learning that read 3 % of its reads slow (its p99 theirs),
+/// and none slow after it: the pool holds it until three more
+/// learnings outweigh it (0.75 % of four learnings' reads slow). It is
+/// learned again every [`RELEARN_SOON`] until the pool is full, not
+/// every [`RELEARN`]: the p99 alone is the pool's in 30 s, not 90.
+#[test]
+fn a_young_pool_is_learned_again_soon() {
+    let drive = FakeDrive::default();
+    drive.read_mixed(&[(291, us(60)), (9, us(300))]);
+    let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(50 * MIB)).shared_with(0.4);
+    r.app_for(DECIDE, 1, 0.4);
+    r.shows(&alone_shown(us(300)));
+    drive.read_for(300, us(60));
+    let from = r.now;
+    let starts = learnings_until(&mut r, from + RELEARN + Duration::from_secs(5));
+    let after: Vec<_> = starts.iter().map(|t| (*t - from).as_secs_f64()).collect();
+    assert_eq!(
+        after.len(),
+        tail::POOLED - 1,
+        "learned again at {after:?} s"
+    );
+    let gaps = after.windows(2).map(|w| w[1] - w[0]);
+    let soon = (RELEARN_SOON + LEARN + 2 * TICK).as_secs_f64();
+    assert!(
+        after[0] < soon && gaps.clone().all(|g| g < soon),
+        "{after:?}"
+    );
+    r.app_for(DECIDE, 1, 0.4);
+    r.shows(&alone_shown(us(60)));
+    // Full: the next in RELEARN.
+    let last = *starts.last().unwrap();
+    let next = learnings_until(&mut r, last + RELEARN + Duration::from_secs(1));
+    assert_eq!(next.len(), 1, "{next:?}");
+    assert!(next[0] >= last + RELEARN, "{next:?} after {last:?}");
+}
+
 #[test]
 fn a_light_readers_learnings_together_make_a_p99() {
     // 80 reads timed while learning: too few for a p99 (`MIN_READS`);
@@ -321,6 +385,7 @@ fn capped_within_at(alone: Duration) -> (FakeDrive, Rig) {
     let drive = FakeDrive::default();
     drive.read_for(300, alone);
     let mut r = Rig::on(drive.clone(), YieldMode::Auto, Some(CAPPED)).shared_with(0.4);
+    settle(&mut r);
     for _ in 0..2 * tail::SPAN {
         r.app_for(DECIDE, 1, 0.4);
     }
@@ -451,7 +516,14 @@ fn after_a_cut_on_the_tail_the_rate_grows_a_tenth_in_30_s() {
 /// either; once it is back within, the rate grows as before.
 #[test]
 fn a_cut_to_the_floor_sets_no_ceiling() {
-    let (drive, mut r) = shared_timed(300, us(60));
+    let (drive, mut r) = settled_timed(300, us(60));
+    // The mean over its aim cuts the rate to the floor and holds it
+    // there for a span (no cut on the tail: no ceiling).
+    for _ in 0..2 * tail::SPAN {
+        r.app_for(DECIDE, 1, 0.6);
+    }
+    assert_eq!(r.pacer.rate, FLOOR as f64);
+    assert_eq!(r.pacer.tail.ceiling(), None);
     slow_reads(&drive, 40);
     let mut spans_over = 0;
     for _ in 0..3 * tail::SPAN {
@@ -650,7 +722,7 @@ fn the_window_after_a_learning_is_not_weighed_and_one_for_a_depth_trial_is() {
 /// it all the same, and the ceiling set.
 #[test]
 fn a_span_over_as_a_rate_trial_goes_back_is_still_cut() {
-    let (drive, mut r) = shared_timed(300, us(60));
+    let (drive, mut r) = settled_timed(300, us(60));
     for _ in 0..2 * tail::SPAN {
         r.app_for(DECIDE, 1, 0.42);
     }
