@@ -113,7 +113,8 @@
 //! floor and sends a trial back (the next waits
 //! [`tail::TRIALS_AFTER`]); over [`tail::FAR_OVER`] after a window over
 //! the target, it cuts a quarter at least; the last [`tail::SPAN`]
-//! windows' p99 together over the target cuts in proportion; after a
+//! windows' p99 together over [`tail::SPAN_AIM`] (below the target, as
+//! the mean's aim is) cuts in proportion; after a
 //! cut on the tail the rate grows no further than the cut, a bound that
 //! rises a tenth every 30 s of decisions. The mean steers:
 //! beside a QD1 reader on a loop device the mean read 1.04× at 50
@@ -198,8 +199,12 @@ pub const RELEARN: Duration = Duration::from_secs(30);
 /// learning's p99 alone was 0.76–1.45× the idle run's (the first 0.89–
 /// 1.31×), the pool of three 0.83–1.20×; at one every [`RELEARN`] the
 /// first learning alone stands for 30 s and the pool is full after 90.
-/// At one every 10 s it is full after 30; three learnings more cost 1.2 s
-/// of silence (the floor pays it back), once per application.
+/// At one every 10 s it is full after 30, at the cost of two learnings
+/// more in the first minute (0.8–1.6 s of silence, paid back by the
+/// floor; a costly depth or rate is tried again after each, as after any
+/// learning). An application that changes ([`tail::CHANGED`]) starts a
+/// young pool again only once its pool was full: at most three soon
+/// learnings in a row, however often it changes.
 pub const RELEARN_SOON: Duration = Duration::from_secs(10);
 /// With no read of the application this long, the drive is the refresh's.
 pub const QUIET: Duration = Duration::from_secs(3);

@@ -23,10 +23,11 @@
 //! size) starts the pool again, young.
 //!
 //! **The guard** ([`Says`]). The mean's law steers; the tail stops it,
-//! and cuts it where the tail is over for sure. A window's p99 over [`TARGET`] its p99 alone holds the rate (no
-//! growth, and a rate or depth on trial goes back); over [`FAR_OVER`]
-//! after a window over [`TARGET`], the rate is cut by a quarter and one
-//! request goes in flight. Why a guard and not a law: beside a QD1
+//! and cuts it where the tail is over for sure. A window's p99 over
+//! [`TARGET`] its p99 alone holds the rate (no growth, and a rate or
+//! depth on trial goes back); over [`FAR_OVER`] after a window over
+//! [`TARGET`], the rate is cut by a quarter and one request goes in
+//! flight. Why a guard and not a law: beside a QD1
 //! reader on a loop device, 70 s runs, the mean's law read 1.04× and
 //! went to the configured 50 MiB/s, where the window's p99 sat at
 //! 2.5–3.4× for a minute (the reader's 2.61×; a fixed 8 MiB/s 1.00×),
@@ -51,10 +52,11 @@
 //! over those 5 s: over [`SPAN_AIM`] (more than 1 % of the span's reads
 //! slow, not one window's few; the aim below the target, as the mean's
 //! is), the rate is cut to the mean of the rates the windows ran at
-//! times [`SPAN_AIM`] / that ratio (0.75–0.95), one request in flight, and the span starts again at the rate it left. A
-//! window that began with a pause or a learning, or in which the floor
-//! was paid back above the controller's rate, is not in a span: its
-//! reads queued behind what was not the controller's rate. After a cut
+//! times [`SPAN_AIM`] / that ratio (0.75–0.95), one request in flight,
+//! and the span starts again at the rate it left. A window that began
+//! with a pause or a learning, or in which the floor was paid back above
+//! the controller's rate, is not in a span: its reads queued behind what
+//! was not the controller's rate. After a cut
 //! on the tail (over the span, or [`FAR_OVER`]) the rate grows, by the
 //! mean's law or on trial, no further than the cut: that ceiling rises
 //! by [`steady::CEILING_RISE`] every 30 s of decisions, and goes when the
@@ -88,7 +90,8 @@ pub const MIN_READS: u64 = 200;
 
 /// Learnings whose reads alone are pooled: at one every
 /// [`super::RELEARN`] while the application keeps reading, the last
-/// minute and a half or more.
+/// minute and a half or more (the first 30 s, at one every
+/// [`super::RELEARN_SOON`] until the pool is full).
 pub const POOLED: usize = 4;
 
 /// A mean alone this many times the one before, or less than its
@@ -142,8 +145,8 @@ impl SpanOver {
 
 /// After a trial the tail alone sent back, no more trials for this long
 /// (one the mean sent back: none until the latency is learned again).
-/// A window just over is noise as often, and must not hold the rate for
-/// the 30 s until the next learning; a trial that truly costs the tail
+/// A window just over is noise as often, and must not hold the rate
+/// until the next learning (10–30 s away); a trial that truly costs the tail
 /// is then over in one window of ten, not every other one.
 pub const TRIALS_AFTER: Duration = Duration::from_secs(5);
 
@@ -225,9 +228,18 @@ impl Tail {
         if changed {
             // Another application: what its tail taught is not its own.
             self.pool.clear();
-            self.learnings = 0;
             self.alone = None;
             self.steady.forget();
+            // Young again, once the pool was full: an application that
+            // changes at every learning is learned again soon no more
+            // than [`POOLED`] - 1 times in a row.
+            if !self.young() {
+                self.learnings = 0;
+            }
+        }
+        if counts.is_none() {
+            // Not timed (any more): nothing to pool, nothing to hurry.
+            self.learnings = 0;
         }
         if let (Some(from), Some(c)) = (self.learning_from.take(), counts.as_ref()) {
             self.learnings = self.learnings.saturating_add(1);
@@ -247,7 +259,8 @@ impl Tail {
                 this_p99_ms = this_p99.map(|d| d.as_secs_f64() * 1e3),
                 pooled_p99_ms = self.alone.map(|d| d.as_secs_f64() * 1e3),
                 pooled_reads = pooled.reads(),
-                learnings = self.pool.len(),
+                pooled = self.pool.len(),
+                learnings = self.learnings,
                 changed,
                 "learned the application's p99 at the drive alone"
             );
@@ -259,7 +272,7 @@ impl Tail {
     /// p99 is still one learning's noise as much as the application's
     /// (a learning that timed no read counts, so that an application
     /// whose reads are not timed is not learned again and again; with the
-    /// drive's reads not timed at all, never young).
+    /// drive's reads not timed, never young).
     pub fn young(&self) -> bool {
         (1..POOLED).contains(&self.learnings)
     }
@@ -356,11 +369,11 @@ impl Tail {
             }
             Says::FarOver => format!(" (over {FAR_OVER}×: slowing down)"),
             Says::SpanOver(over) if at_floor => format!(
-                " ({:.2}× over the last {SPAN} windows, held at the floor: progress is a promise)",
+                " ({:.2}× over the last {SPAN} windows, over its {SPAN_AIM}× aim, held at the floor: progress is a promise)",
                 over.ratio
             ),
             Says::SpanOver(over) => format!(
-                " ({:.2}× over the last {SPAN} windows: slowing down)",
+                " ({:.2}× over the last {SPAN} windows, over its {SPAN_AIM}× aim: slowing down)",
                 over.ratio
             ),
         };

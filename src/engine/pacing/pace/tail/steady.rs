@@ -16,7 +16,8 @@ pub const SPAN: usize = 10;
 pub const SPAN_READS: u64 = 2_000;
 /// After a cut on the tail the rate grows no further than where the cut
 /// put it; that bound rises by this every 30 s of decisions (while the
-/// application reads, as often as it is learned again), so the refresh
+/// application reads, as often as it is learned again once its tail's
+/// pool is full), so the refresh
 /// tries for more, slowly, where the application's tail may have room
 /// again.
 pub const CEILING_RISE: f64 = 1.1;
