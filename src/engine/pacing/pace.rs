@@ -202,9 +202,10 @@ pub const RELEARN: Duration = Duration::from_secs(30);
 /// At one every 10 s it is full after 30, at the cost of two learnings
 /// more in the first minute (0.8–1.6 s of silence, paid back by the
 /// floor; a costly depth or rate is tried again after each, as after any
-/// learning). An application that changes ([`tail::CHANGED`]) starts a
-/// young pool again only once its pool was full: at most three soon
-/// learnings in a row, however often it changes.
+/// learning). At most three learnings come soon until the pool is full
+/// again: an application that changes ([`tail::CHANGED`]) at every
+/// learning is learned every [`RELEARN`] after its first three, one that
+/// changes while its pool is young is hurried no further.
 pub const RELEARN_SOON: Duration = Duration::from_secs(10);
 /// With no read of the application this long, the drive is the refresh's.
 pub const QUIET: Duration = Duration::from_secs(3);

@@ -1,7 +1,8 @@
 //! The floor as a promise kept over time, not a rate at each moment.
 //!
 //! A rate held at the floor still falls short of it: learning the
-//! application's latency is silent (0.4 s at its start and every 30 s),
+//! application's latency is silent (0.4 s at its start and every 30 s,
+//! every 10 s while the tail's pool of learnings is young),
 //! and one request at a time reads less than the floor on a drive that
 //! re-reads aged data. Measured on the testbed with fade, 5 s beside a
 //! reader (docs/benchmarks.md, 2026-11-28): 3.5 MiB/s beside a QD1 reader,
