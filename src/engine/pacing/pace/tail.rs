@@ -362,19 +362,18 @@ impl Tail {
             Says::SpanOver(over) => self.now.unwrap_or(over.ratio),
             _ => self.now?,
         };
+        // What a cut did: slowed down, or nothing below the floor.
+        let cut = if at_floor {
+            ", held at the floor: progress is a promise"
+        } else {
+            ": slowing down"
+        };
         let why = match self.says {
             Says::Within => String::new(),
             Says::Over => format!(" (over {TARGET}×: not growing)"),
-            Says::FarOver if at_floor => {
-                format!(" (over {FAR_OVER}×, held at the floor: progress is a promise)")
-            }
-            Says::FarOver => format!(" (over {FAR_OVER}×: slowing down)"),
-            Says::SpanOver(over) if at_floor => format!(
-                " ({:.2}× over the last {SPAN} windows, over the span's {SPAN_AIM}× aim, held at the floor: progress is a promise)",
-                over.ratio
-            ),
+            Says::FarOver => format!(" (over {FAR_OVER}×{cut})"),
             Says::SpanOver(over) => format!(
-                " ({:.2}× over the last {SPAN} windows, over the span's {SPAN_AIM}× aim: slowing down)",
+                " ({:.2}× over the last {SPAN} windows, over the span's {SPAN_AIM}× aim{cut})",
                 over.ratio
             ),
         };
