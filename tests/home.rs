@@ -10,7 +10,8 @@
 //! in the kernel log, and there must be none. Then the shipped unit as it
 //! is: READY, judging, `now --wait`, metrics, a rejected reload, stop and
 //! resume, the watchdog, the one-shot template and its recovery journal,
-//! an upgrade with `dpkg -i` mid-refresh, and a stop that leaves nothing.
+//! an upgrade with `dpkg -i` mid-refresh, the timed-reads drop-in beside a
+//! reader, and a stop that leaves nothing.
 //!
 //! Needs root, `systemd-nspawn` (Debian `systemd-container`), `debootstrap`
 //! and a reachable Debian mirror the first time (the root is cached in
@@ -18,8 +19,10 @@
 
 mod lifecycle;
 mod sandbox;
+mod timed;
 use lifecycle::*;
 use sandbox::every_call_is_allowed;
+use timed::reads_are_timed_with_the_drop_in_only;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -200,6 +203,7 @@ fn privileged_the_package_under_a_real_systemd() {
     watchdog_restarts_a_frozen_daemon(&c);
     template_refreshes_with_its_journal(&c, &mut t);
     upgrade_restarts_and_keeps_checkpoints(&c, &deb, &mut t, port);
+    reads_are_timed_with_the_drop_in_only(&c, &mut t, port);
 
     c.ok("systemctl stop refreshd");
     assert!(

@@ -75,16 +75,52 @@ fn systemd_unit_passes_systemd_analyze_verify() {
 }
 
 /// `systemd-analyze security` rates the shipped unit at most 3.0 (lower
-/// is better). The system call filter cannot be exercised live here (no
-/// systemd as PID 1); it fails calls with EPERM, so a missed one is an
-/// error in the log, not a dead daemon.
+/// is better), and with the timed-reads drop-in too: the drop-in takes
+/// effect (CAP_BPF and perf_event_open are what it adds, and are rated)
+/// and adds nothing else. The system call filter cannot be exercised live
+/// here (no systemd as PID 1; `tests/home.rs` boots one); it fails calls
+/// with EPERM, so a missed one is an error in the log, not a dead daemon.
 #[test]
 fn systemd_unit_exposure_is_at_most_3() {
     if !tool("systemd_unit_exposure_is_at_most_3", "systemd-analyze") {
         return;
     }
+    let unit = std::fs::read_to_string(Path::new(ROOT).join("systemd/refreshd.service")).unwrap();
+    let dropin = std::fs::read_to_string(Path::new(ROOT).join("systemd/timed-reads.conf")).unwrap();
+    let (shipped, text) = exposure(&unit);
+    assert!(shipped <= 3.0, "exposure {shipped} > 3.0:\n{text}");
+    assert!(!text.contains("✗ CapabilityBoundingSet=~CAP_BPF"), "{text}");
+    // A drop-in's [Service] lines are merged as a repeated section is.
+    let (timed, text) = exposure(&format!("{unit}\n{dropin}"));
+    assert!(
+        timed <= 3.0,
+        "exposure with the drop-in {timed} > 3.0:\n{text}"
+    );
+    for added in [
+        "✗ CapabilityBoundingSet=~CAP_BPF",
+        "(e.g. perf_event_open is allowed)",
+    ] {
+        assert!(text.contains(added), "the drop-in adds {added}:\n{text}");
+    }
+    let settings: Vec<&str> = dropin
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        settings,
+        [
+            "[Service]",
+            "CapabilityBoundingSet=CAP_BPF CAP_PERFMON",
+            "SystemCallFilter=bpf perf_event_open",
+        ],
+        "the drop-in adds what timing reads needs, nothing else"
+    );
+}
+
+/// `systemd-analyze security --offline` of a unit's `text`: its overall
+/// exposure and the report.
+fn exposure(text: &str) -> (f64, String) {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(Path::new(ROOT).join("systemd/refreshd.service")).unwrap();
     let unit = dir.path().join("refreshd.service");
     std::fs::write(
         &unit,
@@ -96,7 +132,7 @@ fn systemd_unit_exposure_is_at_most_3() {
         .arg(&unit)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let level: f64 = text
         .lines()
         .find_map(|l| {
@@ -106,7 +142,7 @@ fn systemd_unit_exposure_is_at_most_3() {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no exposure level in: {text}"));
-    assert!(level <= 3.0, "exposure {level} > 3.0:\n{text}");
+    (level, text)
 }
 
 #[test]

@@ -87,10 +87,15 @@ impl Container {
             .arg(root.path())
             .args(["-b", "--register=no", "--keep-unit", "--console=passive"])
             // nspawn's own seccomp filter leaves out fanotify (its
-            // allow list names it as knowingly excluded, EPERM): a host's
-            // systemd has no such filter, so the container allows what
-            // a host allows and the unit's own filter is what is tested.
-            .arg("--system-call-filter=fanotify_init fanotify_mark")
+            // allow list names it as knowingly excluded, EPERM), bpf and
+            // perf_event_open: a host's systemd has no such filter, so the
+            // container allows what a host allows and the unit's own
+            // filter is what is tested.
+            .arg("--system-call-filter=fanotify_init fanotify_mark bpf perf_event_open")
+            // A host's systemd has every capability to bound a unit by;
+            // nspawn's default set lacks these two (the unit's drop-in
+            // for timed reads adds them: tests/home/timed.rs).
+            .arg("--capability=CAP_BPF,CAP_PERFMON")
             .arg(format!("--machine=refreshd-test-{}", std::process::id()));
         for (host, inside) in binds {
             cmd.arg(format!("--bind={}:{inside}", host.display()));
@@ -123,6 +128,11 @@ impl Container {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+        // A host's systemd mounts tracefs at boot (sys-kernel-tracing.mount);
+        // in a container it does not, and nspawn's --bind= of the host's
+        // binds sysfs's empty directory under it. Timing reads reads the
+        // block tracepoints' ids there.
+        c.ok("mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing");
         c
     }
 

@@ -67,6 +67,7 @@ fn privileged_debian_package_contents_and_units() {
         "usr/share/fish/vendor_completions.d/refreshctl.fish",
         "usr/share/refreshd/refreshd-alerts.yml",
         "usr/share/refreshd/refreshd-dashboard.json",
+        "usr/share/refreshd/timed-reads.conf",
         "usr/share/doc/refreshd/DESIGN.md",
     ] {
         assert!(has(rel), "the package lacks {rel}");
