@@ -29,8 +29,9 @@
 //! tb4, tb8, tb-link, tb-fade, loop-none, loop-mq-deadline, loop-bfq),
 //! `REFRESHD_BENCH_READERS` (qd1, qd8, mmap, bursty),
 //! `REFRESHD_BENCH_LATENCY_SECS` (per run, default 8),
-//! `REFRESHD_BENCH_REPEATS` (runs of each case, default 1: with more,
-//! every ratio is of medians, and each run's p99 is shown),
+//! `REFRESHD_BENCH_REPEATS` (rounds, default 1: each round runs every
+//! case of a cell once, and each ratio is the median over the rounds of
+//! a run against the idle run of its round; each round's p99 is shown),
 //! `REFRESHD_BENCH_LATENCY_MIB` (aged data, default 256),
 //! `REFRESHD_BENCH_LAT_LOG` (a directory: fio's readers log every read's
 //! latency there). Root needed.
@@ -48,8 +49,8 @@ mod runs;
 use std::process::Command;
 
 use beds::{Bed, FILE_MIB};
-use readers::{Latencies, Reader};
-use runs::{repeat_case, Repeated};
+use readers::Reader;
+use runs::{medians, rounds, Ratios};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -65,11 +66,6 @@ fn env_list(name: &str) -> Vec<String> {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .collect()
-}
-
-/// Within the latency target (1.2× idle, mean and p99).
-fn within(l: &Latencies, idle: &Latencies) -> bool {
-    l.mean_ms <= 1.2 * idle.mean_ms && l.p99_ms <= 1.2 * idle.p99_ms
 }
 
 /// The floor the default run keeps (the daemon's default, 4 MiB/s).
@@ -116,23 +112,17 @@ struct DefaultRun {
 }
 
 impl DefaultRun {
-    fn judge(
-        r: &Repeated,
-        idle: &Latencies,
-        best_fixed: Option<BestFixed>,
-        reachable: bool,
-    ) -> Self {
-        let (l, rate) = (r.lat, r.outcome.unwrap().mib_per_s);
-        let fast_enough = best_fixed.is_none_or(|b| rate >= b.measured);
-        let verdict = match (within(&l, idle), fast_enough, reachable) {
+    fn judge(r: &Ratios, best_fixed: Option<BestFixed>, reachable: bool) -> Self {
+        let fast_enough = best_fixed.is_none_or(|b| r.mib_per_s >= b.measured);
+        let verdict = match (r.within(), fast_enough, reachable) {
             (true, true, _) => Verdict::Met,
             (false, _, false) => Verdict::OutOfReach,
             _ => Verdict::Missed,
         };
         DefaultRun {
-            mean: l.mean_ms / idle.mean_ms,
-            p99: l.p99_ms / idle.p99_ms,
-            rate,
+            mean: r.mean,
+            p99: r.p99,
+            rate: r.mib_per_s,
             verdict,
         }
     }
@@ -157,8 +147,29 @@ struct Runs {
 }
 
 fn cell(bed: &Bed<'_>, reader: Reader, runs: Runs, rates: &[u64]) -> Cell {
-    let case = |extra: Option<&[&str]>| repeat_case(bed, reader, extra, runs.secs, runs.repeats);
-    let idle = case(None).lat;
+    let fixed: Vec<[String; 4]> = rates
+        .iter()
+        .map(|r| {
+            [
+                "--yield".into(),
+                "off".into(),
+                "--rate".into(),
+                format!("{r}MiB/s"),
+            ]
+        })
+        .collect();
+    let fixed: Vec<Vec<&str>> = fixed
+        .iter()
+        .map(|f| f.iter().map(String::as_str).collect())
+        .collect();
+    let mut cases: Vec<Option<&[&str]>> = vec![
+        None,
+        Some(&["--rate", "50MiB/s"]),
+        Some(&[runs::AS_THE_UNIT, "--rate", "50MiB/s"]),
+    ];
+    cases.extend(fixed.iter().map(|f| Some(f.as_slice())));
+    let all = rounds(bed, reader, &cases, runs.secs, runs.repeats);
+    let idle = medians(&all[0]);
     let idle_block = idle.block.map_or(String::new(), |b| {
         format!(
             "; the drive's reads p99 {:.3} ms, p99.9 {:.3} ms",
@@ -173,54 +184,23 @@ fn cell(bed: &Bed<'_>, reader: Reader, runs: Runs, rates: &[u64]) -> Cell {
         idle.mean_ms,
         idle.p99_ms
     );
-    let show = |name: &str, r: &Repeated| {
-        let (l, o) = (&r.lat, r.outcome.unwrap());
-        let spread = if r.each.len() > 1 {
-            let p99s: Vec<String> = r
-                .each
-                .iter()
-                .map(|e| format!("{:.2}", e.p99_ms / idle.p99_ms))
-                .collect();
-            format!("  (p99 of each run: {})", p99s.join(", "))
-        } else {
-            String::new()
-        };
-        let block = match (l.block, idle.block) {
-            (Some(b), Some(i)) => format!(
-                "  [drive's reads: p99 {:.2}× p99.9 {:.2}×]",
-                b.p99_ms / i.p99_ms,
-                b.p999_ms / i.p999_ms
-            ),
-            _ => String::new(),
-        };
-        println!(
-            "  {name:<10} mean {:>5.2}×  p99 {:>5.2}×  refresh {:>6.1} MiB/s while the reader ran{}{block}{spread}",
-            l.mean_ms / idle.mean_ms,
-            l.p99_ms / idle.p99_ms,
-            o.mib_per_s,
-            if within(l, &idle) { "" } else { "  (over 1.2×)" }
-        );
-    };
-    let default = case(Some(&["--rate", "50MiB/s"]));
-    show("default", &default);
-    let unit = case(Some(&[runs::AS_THE_UNIT, "--rate", "50MiB/s"]));
-    show("as unit", &unit);
+    let ratios: Vec<Ratios> = all[1..].iter().map(|c| Ratios::of(c, &all[0])).collect();
+    show("default", &ratios[0]);
+    show("as unit", &ratios[1]);
     let mut best_fixed = None;
     let mut reachable = false;
-    for &r in rates {
-        let rate = format!("{r}MiB/s");
-        let fixed = case(Some(&["--yield", "off", "--rate", &rate]));
-        show(&rate, &fixed);
-        if within(&fixed.lat, &idle) {
+    for (&r, fixed) in rates.iter().zip(&ratios[2..]) {
+        show(&format!("{r}MiB/s"), fixed);
+        if fixed.within() {
             best_fixed = Some(BestFixed {
                 rate: r,
-                measured: fixed.outcome.unwrap().mib_per_s,
+                measured: fixed.mib_per_s,
             });
             reachable |= r >= FLOOR_MIB;
         }
     }
-    let root = DefaultRun::judge(&default, &idle, best_fixed, reachable);
-    let unit = DefaultRun::judge(&unit, &idle, best_fixed, reachable);
+    let root = DefaultRun::judge(&ratios[0], best_fixed, reachable);
+    let unit = DefaultRun::judge(&ratios[1], best_fixed, reachable);
     let says = |v: Verdict| match v {
         Verdict::Met => "meets the target",
         Verdict::Missed => "MISSES the target",
@@ -242,6 +222,27 @@ fn cell(bed: &Bed<'_>, reader: Reader, runs: Runs, rates: &[u64]) -> Cell {
         unit,
         best_fixed,
     }
+}
+
+/// A case's line: its ratios against idle, the drive's reads' in
+/// brackets, and with more than one round each round's p99.
+fn show(name: &str, r: &Ratios) {
+    let spread = if r.each_p99.len() > 1 {
+        let p99s: Vec<String> = r.each_p99.iter().map(|p| format!("{p:.2}")).collect();
+        format!("  (p99 of each round: {})", p99s.join(", "))
+    } else {
+        String::new()
+    };
+    let block = r.block.map_or(String::new(), |(p99, p999)| {
+        format!("  [drive's reads: p99 {p99:.2}× p99.9 {p999:.2}×]")
+    });
+    println!(
+        "  {name:<10} mean {:>5.2}×  p99 {:>5.2}×  refresh {:>6.1} MiB/s while the reader ran{}{block}{spread}",
+        r.mean,
+        r.p99,
+        r.mib_per_s,
+        if r.within() { "" } else { "  (over 1.2×)" }
+    );
 }
 
 /// No reader: the default against `--yield off` at the same rate.

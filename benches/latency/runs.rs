@@ -198,16 +198,39 @@ pub fn time_alone(bed: &Bed<'_>, extra: &[&str]) -> Duration {
     Refresh::start(&bed.dir, extra).finish(Duration::ZERO).1
 }
 
-/// A case run `repeats` times: each field the median of its runs (a 5 s
-/// run's p99 on the loop devices moves by a third between runs of the
-/// same setting), and each run's latencies, for their spread.
-pub struct Repeated {
-    pub lat: Latencies,
-    pub outcome: Option<Outcome>,
-    pub each: Vec<Latencies>,
+/// A cell's cases run in rounds, `repeats` of them: each round runs every
+/// case once, in `cases`' order, so each case is compared with the idle
+/// run of its own round, not with idle runs made before all of them:
+/// the machine's state drifts. On loop-none · QD8, run case by case, the
+/// default's three runs back to back read p99 1.29, 1.30, 1.30× idle and
+/// a fixed 4 MiB/s's three, a minute later, 1.02, 1.00, 1.12; twenty
+/// minutes later one run of each read 1.16 and 1.37. Returns each case's
+/// runs, round by round.
+pub fn rounds(
+    bed: &Bed<'_>,
+    reader: Reader,
+    cases: &[Option<&[&str]>],
+    secs: u64,
+    repeats: usize,
+) -> Vec<Vec<Run>> {
+    let mut runs: Vec<Vec<Run>> = cases.iter().map(|_| vec![]).collect();
+    for _ in 0..repeats.max(1) {
+        for (case, extra) in runs.iter_mut().zip(cases) {
+            let (lat, outcome) = run_case(bed, reader, *extra, secs);
+            case.push(Run { lat, outcome });
+        }
+    }
+    runs
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// One run of a case.
+#[derive(Clone, Copy)]
+pub struct Run {
+    pub lat: Latencies,
+    pub outcome: Option<Outcome>,
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {
@@ -217,35 +240,73 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-pub fn repeat_case(
-    bed: &Bed<'_>,
-    reader: Reader,
-    extra: Option<&[&str]>,
-    secs: u64,
-    repeats: usize,
-) -> Repeated {
-    let runs: Vec<_> = (0..repeats.max(1))
-        .map(|_| run_case(bed, reader, extra, secs))
-        .collect();
-    let each: Vec<Latencies> = runs.iter().map(|r| r.0).collect();
-    let of = |f: fn(&Latencies) -> f64| median(each.iter().map(f).collect());
-    let blocks: Vec<BlockTail> = each.iter().filter_map(|l| l.block).collect();
-    let lat = Latencies {
+/// The idle runs' medians (what the cell's line shows).
+pub fn medians(idle: &[Run]) -> Latencies {
+    let of = |f: fn(&Latencies) -> f64| median(idle.iter().map(|r| f(&r.lat)).collect());
+    let blocks: Vec<BlockTail> = idle.iter().filter_map(|r| r.lat.block).collect();
+    Latencies {
         iops: of(|l| l.iops),
         mean_ms: of(|l| l.mean_ms),
         p99_ms: of(|l| l.p99_ms),
-        block: (blocks.len() == each.len()).then(|| BlockTail {
+        block: (blocks.len() == idle.len()).then(|| BlockTail {
             p99_ms: median(blocks.iter().map(|b| b.p99_ms).collect()),
             p999_ms: median(blocks.iter().map(|b| b.p999_ms).collect()),
         }),
-    };
-    let outcomes: Vec<f64> = runs
-        .iter()
-        .filter_map(|r| r.1)
-        .map(|o| o.mib_per_s)
-        .collect();
-    let outcome = (!outcomes.is_empty()).then(|| Outcome {
-        mib_per_s: median(outcomes),
-    });
-    Repeated { lat, outcome, each }
+    }
+}
+
+/// A case against idle: each ratio the median over the rounds of the
+/// case's run against the idle run of the same round.
+#[derive(Clone)]
+pub struct Ratios {
+    pub mean: f64,
+    pub p99: f64,
+    /// The drive's reads (p99, p99.9), where every run timed them.
+    pub block: Option<(f64, f64)>,
+    /// Each round's p99 ratio, for their spread.
+    pub each_p99: Vec<f64>,
+    /// The median of what the refresh did while the reader ran.
+    pub mib_per_s: f64,
+}
+
+impl Ratios {
+    pub fn of(case: &[Run], idle: &[Run]) -> Ratios {
+        let pairs: Vec<(&Latencies, &Latencies)> = case
+            .iter()
+            .zip(idle)
+            .map(|(c, i)| (&c.lat, &i.lat))
+            .collect();
+        let ratio = |f: fn(&Latencies) -> f64| -> Vec<f64> {
+            pairs.iter().map(|(c, i)| f(c) / f(i)).collect()
+        };
+        let blocks: Vec<(f64, f64)> = pairs
+            .iter()
+            .filter_map(|(c, i)| {
+                let (c, i) = (c.block?, i.block?);
+                Some((c.p99_ms / i.p99_ms, c.p999_ms / i.p999_ms))
+            })
+            .collect();
+        let each_p99 = ratio(|l| l.p99_ms);
+        Ratios {
+            mean: median(ratio(|l| l.mean_ms)),
+            p99: median(each_p99.clone()),
+            block: (blocks.len() == pairs.len()).then(|| {
+                (
+                    median(blocks.iter().map(|b| b.0).collect()),
+                    median(blocks.iter().map(|b| b.1).collect()),
+                )
+            }),
+            each_p99,
+            mib_per_s: median(
+                case.iter()
+                    .map(|r| r.outcome.expect("a refresh ran").mib_per_s)
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Within the latency target (1.2× idle, mean and p99).
+    pub fn within(&self) -> bool {
+        self.mean <= 1.2 && self.p99 <= 1.2
+    }
 }
