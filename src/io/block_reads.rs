@@ -53,6 +53,22 @@ const TRACEFS: &str = "/sys/kernel/tracing/events/block";
 /// queue by default).
 const IN_FLIGHT: u32 = 16384;
 
+/// What to add when `perf_event_open` was refused for permission while
+/// `kernel.perf_event_paranoid` (its text, `paranoid`) is above 2:
+/// Debian's and Ubuntu's kernels have a level 3 (and Ubuntu a 4) that
+/// refuses the call to all but a privileged caller, and some of their
+/// versions count only CAP_SYS_ADMIN as privileged, not CAP_PERFMON.
+fn paranoid_hint(paranoid: Option<&str>, e: &std::io::Error) -> String {
+    let level = paranoid.and_then(|p| p.trim().parse::<i32>().ok());
+    match (level, e.raw_os_error()) {
+        (Some(l), Some(libc::EACCES | libc::EPERM)) if l > 2 => format!(
+            "; kernel.perf_event_paranoid is {l}: above 2, a distribution kernel may \
+             refuse perf_event_open without CAP_SYS_ADMIN (2 is the upstream default)"
+        ),
+        _ => String::new(),
+    }
+}
+
 /// Why reads cannot be timed here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unavailable {
@@ -164,7 +180,13 @@ impl ReadTimes {
         let counts = sys::MappedCounts::new(&hist, BUCKETS)
             .map_err(|e| Unavailable::new(format!("mapping the histogram: {e}")))?;
         let attach = |id: u64, program: &OwnedFd, name: &str| {
-            sys::attach(id, program).map_err(|e| refused(&format!("attaching to {name}"), e))
+            sys::attach(id, program).map_err(|e| {
+                let paranoid = fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok();
+                let hint = paranoid_hint(paranoid.as_deref(), &e);
+                let mut why = refused(&format!("attaching to {name}"), e);
+                why.why += &hint;
+                why
+            })
         };
         // The completion first: a read stamped before it could count.
         let done = attach(tp.complete, &on_complete, "block_rq_complete")?;

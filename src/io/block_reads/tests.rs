@@ -228,3 +228,17 @@ fn privileged_a_program_the_verifier_refuses_comes_back_with_its_reasons() {
     assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}: {log}");
     assert!(log.contains("R0 !read_ok"), "the verifier's log: {log}");
 }
+
+#[test]
+fn a_paranoid_perf_setting_is_named_when_perf_event_open_is_refused() {
+    let denied = std::io::Error::from_raw_os_error(libc::EACCES);
+    let hint = super::paranoid_hint(Some("3\n"), &denied);
+    assert!(hint.contains("kernel.perf_event_paranoid is 3"), "{hint}");
+    let perm = std::io::Error::from_raw_os_error(libc::EPERM);
+    assert!(!super::paranoid_hint(Some("4"), &perm).is_empty());
+    // The upstream levels, another error, or no sysctl: nothing to add.
+    assert_eq!(super::paranoid_hint(Some("2"), &denied), "");
+    let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
+    assert_eq!(super::paranoid_hint(Some("3"), &missing), "");
+    assert_eq!(super::paranoid_hint(None, &denied), "");
+}
