@@ -52,6 +52,39 @@ fn a_tail_over_its_target_holds_the_rate_the_mean_would_grow() {
     assert!(!r.pacer.slow_start, "the application noticed");
 }
 
+/// A window's p99 over the span's aim but within the target is the
+/// mean's to decide: the rate grows. The span, over 5 s of reads, judges
+/// a tail steadily over its aim; a hold on one window over it, tried on
+/// the loop devices, traded rate for tail and was not kept
+/// (docs/benchmarks.md, "Rounds, not runs back to back").
+#[test]
+fn a_window_over_the_spans_aim_but_within_the_target_does_not_hold_the_rate() {
+    let slow = (61..120)
+        .map(us)
+        .find(|&t| {
+            let m = measured(t, us(60));
+            m > tail::SPAN_AIM && m <= tail::TARGET
+        })
+        .unwrap();
+    // The same decisions with the tail as it was alone, and with it
+    // between the aim and the target: the same rates.
+    let rates = |each: Duration| {
+        let (drive, mut r) = shared_timed(300, us(60));
+        r.app_for(DECIDE, 1, 0.4);
+        drive.read_for(300, each);
+        (0..6)
+            .map(|_| {
+                r.app_for(DECIDE, 1, 0.4);
+                assert_eq!(r.pacer.tail.says(), tail::Says::Within, "{each:?}");
+                r.pacer.rate
+            })
+            .collect::<Vec<f64>>()
+    };
+    let alone = rates(us(60));
+    assert!(alone.last() > alone.first(), "the mean grows it: {alone:?}");
+    assert_eq!(rates(slow), alone);
+}
+
 /// Over [`tail::FAR_OVER`] twice in a row: a quarter less each decision,
 /// one request in flight, down to the floor and no further.
 #[test]
