@@ -34,7 +34,11 @@
 //! a run against the idle run of its round; each round's p99 is shown),
 //! `REFRESHD_BENCH_LATENCY_MIB` (aged data, default 256),
 //! `REFRESHD_BENCH_LAT_LOG` (a directory: fio's readers log every read's
-//! latency there). Root needed.
+//! latency there), `REFRESHD_BENCH_CANDIDATES` (`name=path`,
+//! comma-separated: other builds of refreshd, each run at the defaults
+//! as another case of every cell, judged as the default is; a change to
+//! the pacer against the law it would replace, in the same rounds).
+//! Root needed.
 #![allow(clippy::unwrap_used)]
 
 #[path = "latency/beds.rs"]
@@ -136,38 +140,73 @@ struct Cell {
     reader: &'static str,
     root: DefaultRun,
     unit: DefaultRun,
+    /// Each of `REFRESHD_BENCH_CANDIDATES`' runs, in its order.
+    candidates: Vec<DefaultRun>,
     best_fixed: Option<BestFixed>,
 }
 
-/// How long each run is, and how many runs of each case (medians).
-#[derive(Clone, Copy)]
+/// How long each run is, how many runs of each case (medians), and the
+/// candidate builds run beside the default.
 struct Runs {
     secs: u64,
     repeats: usize,
+    candidates: Vec<Candidate>,
 }
 
-fn cell(bed: &Bed<'_>, reader: Reader, runs: Runs, rates: &[u64]) -> Cell {
-    let fixed: Vec<[String; 4]> = rates
+/// Another build of refreshd, run at the defaults beside this one's in
+/// the same rounds: a change to the pacer judged on the whole matrix
+/// against the law it would replace, not against a run made hours
+/// before.
+struct Candidate {
+    name: String,
+    path: String,
+}
+
+impl Candidate {
+    /// `REFRESHD_BENCH_CANDIDATES`: `name=path`, comma-separated.
+    fn from_env() -> Vec<Candidate> {
+        env_list("REFRESHD_BENCH_CANDIDATES")
+            .iter()
+            .map(|c| {
+                let (name, path) = c
+                    .split_once('=')
+                    .unwrap_or_else(|| panic!("REFRESHD_BENCH_CANDIDATES: {c:?} is not name=path"));
+                assert!(
+                    std::path::Path::new(path).is_file(),
+                    "REFRESHD_BENCH_CANDIDATES: {path} is not a file"
+                );
+                Candidate {
+                    name: name.to_string(),
+                    path: path.to_string(),
+                }
+            })
+            .collect()
+    }
+}
+
+fn cell(bed: &Bed<'_>, reader: Reader, runs: &Runs, rates: &[u64]) -> Cell {
+    let rate_args: Vec<String> = rates.iter().map(|r| format!("{r}MiB/s")).collect();
+    let candidate_args: Vec<String> = runs
+        .candidates
         .iter()
-        .map(|r| {
-            [
-                "--yield".into(),
-                "off".into(),
-                "--rate".into(),
-                format!("{r}MiB/s"),
-            ]
-        })
+        .map(|c| format!("{}{}", runs::CANDIDATE, c.path))
         .collect();
-    let fixed: Vec<Vec<&str>> = fixed
-        .iter()
-        .map(|f| f.iter().map(String::as_str).collect())
-        .collect();
-    let mut cases: Vec<Option<&[&str]>> = vec![
+    let mut cases: Vec<Option<Vec<&str>>> = vec![
         None,
-        Some(&["--rate", "50MiB/s"]),
-        Some(&[runs::AS_THE_UNIT, "--rate", "50MiB/s"]),
+        Some(vec!["--rate", "50MiB/s"]),
+        Some(vec![runs::AS_THE_UNIT, "--rate", "50MiB/s"]),
     ];
-    cases.extend(fixed.iter().map(|f| Some(f.as_slice())));
+    cases.extend(
+        candidate_args
+            .iter()
+            .map(|c| Some(vec![c.as_str(), "--rate", "50MiB/s"])),
+    );
+    cases.extend(
+        rate_args
+            .iter()
+            .map(|r| Some(vec!["--yield", "off", "--rate", r.as_str()])),
+    );
+    let cases: Vec<Option<&[&str]>> = cases.iter().map(|c| c.as_deref()).collect();
     let all = rounds(bed, reader, &cases, runs.secs, runs.repeats);
     let idle = medians(&all[0]);
     let idle_block = idle.block.map_or(String::new(), |b| {
@@ -187,9 +226,13 @@ fn cell(bed: &Bed<'_>, reader: Reader, runs: Runs, rates: &[u64]) -> Cell {
     let ratios: Vec<Ratios> = all[1..].iter().map(|c| Ratios::of(c, &all[0])).collect();
     show("default", &ratios[0]);
     show("as unit", &ratios[1]);
+    let (candidates, fixed) = ratios[2..].split_at(runs.candidates.len());
+    for (c, r) in runs.candidates.iter().zip(candidates) {
+        show(&c.name, r);
+    }
     let mut best_fixed = None;
     let mut reachable = false;
-    for (&r, fixed) in rates.iter().zip(&ratios[2..]) {
+    for (&r, fixed) in rates.iter().zip(fixed) {
         show(&format!("{r}MiB/s"), fixed);
         if fixed.within() {
             best_fixed = Some(BestFixed {
@@ -215,11 +258,19 @@ fn cell(bed: &Bed<'_>, reader: Reader, runs: Runs, rates: &[u64]) -> Cell {
         says(root.verdict),
         says(unit.verdict),
     );
+    let candidates: Vec<DefaultRun> = candidates
+        .iter()
+        .map(|r| DefaultRun::judge(r, best_fixed, reachable))
+        .collect();
+    for (c, run) in runs.candidates.iter().zip(&candidates) {
+        println!("  candidate {}: {}", c.name, says(run.verdict));
+    }
     Cell {
         bed: bed.name.clone(),
         reader: reader.name(),
         root,
         unit,
+        candidates,
         best_fixed,
     }
 }
@@ -271,6 +322,7 @@ fn main() {
     let runs = Runs {
         secs: env_u64("REFRESHD_BENCH_LATENCY_SECS", 8),
         repeats: env_u64("REFRESHD_BENCH_REPEATS", 1).max(1) as usize,
+        candidates: Candidate::from_env(),
     };
     let data_mib = env_u64("REFRESHD_BENCH_LATENCY_MIB", 256) / FILE_MIB * FILE_MIB;
     let rates: Vec<u64> = env_list("REFRESHD_BENCH_RATES")
@@ -308,7 +360,7 @@ fn main() {
         };
         let bed = beds::bed(name, &device, data_mib);
         for &reader in &readers {
-            cells.push(cell(&bed, reader, runs, &rates));
+            cells.push(cell(&bed, reader, &runs, &rates));
         }
         alones.push((name, alone(&bed, data_mib)));
     }
@@ -352,6 +404,32 @@ fn main() {
             cells.len(),
             cells.len() - out
         );
+    }
+    for (i, c) in runs.candidates.iter().enumerate() {
+        let count = |v: Verdict| {
+            cells
+                .iter()
+                .filter(|cell| cell.candidates[i].verdict == v)
+                .count()
+        };
+        println!(
+            "candidate {}: {} of {} cells meet the target ({} out of reach); cells where it and the default differ:",
+            c.name,
+            count(Verdict::Met),
+            cells.len(),
+            count(Verdict::OutOfReach),
+        );
+        for cell in cells
+            .iter()
+            .filter(|cell| cell.candidates[i].verdict != cell.root.verdict)
+        {
+            let (d, k) = (cell.root, cell.candidates[i]);
+            println!(
+                "  {} · {}: default {:.2}×, {:.2}×, {:.1} MiB/s {}; {} {:.2}×, {:.2}×, {:.1} MiB/s {}",
+                cell.bed, cell.reader, d.mean, d.p99, d.rate, d.verdict.show(),
+                c.name, k.mean, k.p99, k.rate, k.verdict.show(),
+            );
+        }
     }
     for (name, why) in skipped {
         println!("{name}: not run: {why}");

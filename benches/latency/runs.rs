@@ -27,6 +27,11 @@ pub struct Outcome {
 /// not make: docs/benchmarks.md).
 pub const AS_THE_UNIT: &str = "--as-the-unit";
 
+/// A first argument `--candidate=PATH` runs the refresh with the binary
+/// at PATH, not this build's: a candidate law judged beside the current
+/// one in the same rounds (`REFRESHD_BENCH_CANDIDATES`).
+pub const CANDIDATE: &str = "--candidate=";
+
 /// The unit's bounding set as `setpriv --bounding-set` takes it
 /// (`-all,+lease,…`), read from systemd/refreshd.service: the unit is
 /// what is measured, whatever it grants.
@@ -80,6 +85,9 @@ impl Refresh {
     fn start(dir: &Path, extra: &[&str]) -> Refresh {
         let bin = env!("CARGO_BIN_EXE_refreshd");
         let (mut cmd, extra) = match extra.split_first() {
+            Some((first, rest)) if first.starts_with(CANDIDATE) => {
+                (Command::new(&first[CANDIDATE.len()..]), rest)
+            }
             Some((&AS_THE_UNIT, rest)) => {
                 let mut c = Command::new("setpriv");
                 // Root's capabilities after exec are its bounding set and
@@ -230,6 +238,14 @@ pub struct Run {
     pub outcome: Option<Outcome>,
 }
 
+/// The median of each side of pairs.
+fn median_pair(pairs: &[(f64, f64)]) -> (f64, f64) {
+    (
+        median(pairs.iter().map(|p| p.0).collect()),
+        median(pairs.iter().map(|p| p.1).collect()),
+    )
+}
+
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -243,21 +259,24 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 /// The idle runs' medians (what the cell's line shows).
 pub fn medians(idle: &[Run]) -> Latencies {
     let of = |f: fn(&Latencies) -> f64| median(idle.iter().map(|r| f(&r.lat)).collect());
-    let blocks: Vec<BlockTail> = idle.iter().filter_map(|r| r.lat.block).collect();
+    let blocks: Vec<(f64, f64)> = idle
+        .iter()
+        .filter_map(|r| r.lat.block)
+        .map(|b| (b.p99_ms, b.p999_ms))
+        .collect();
     Latencies {
         iops: of(|l| l.iops),
         mean_ms: of(|l| l.mean_ms),
         p99_ms: of(|l| l.p99_ms),
-        block: (blocks.len() == idle.len()).then(|| BlockTail {
-            p99_ms: median(blocks.iter().map(|b| b.p99_ms).collect()),
-            p999_ms: median(blocks.iter().map(|b| b.p999_ms).collect()),
+        block: (blocks.len() == idle.len()).then(|| {
+            let (p99_ms, p999_ms) = median_pair(&blocks);
+            BlockTail { p99_ms, p999_ms }
         }),
     }
 }
 
 /// A case against idle: each ratio the median over the rounds of the
 /// case's run against the idle run of the same round.
-#[derive(Clone)]
 pub struct Ratios {
     pub mean: f64,
     pub p99: f64,
@@ -290,12 +309,7 @@ impl Ratios {
         Ratios {
             mean: median(ratio(|l| l.mean_ms)),
             p99: median(each_p99.clone()),
-            block: (blocks.len() == pairs.len()).then(|| {
-                (
-                    median(blocks.iter().map(|b| b.0).collect()),
-                    median(blocks.iter().map(|b| b.1).collect()),
-                )
-            }),
+            block: (blocks.len() == pairs.len()).then(|| median_pair(&blocks)),
             each_p99,
             mib_per_s: median(
                 case.iter()
