@@ -9,6 +9,8 @@
 //! - `as unit`: the same with the shipped unit's capabilities only (its
 //!   `CapabilityBoundingSet=`: no timed reads, the mean alone), as the
 //!   daemon under systemd runs;
+//! - each of `REFRESHD_BENCH_CANDIDATES` (below): another build at the
+//!   defaults, as root;
 //! - a sweep of fixed rates (`--yield off --rate R`, R in
 //!   `REFRESHD_BENCH_RATES`, default 1,2,4,8,16,32 MiB/s): the best fixed
 //!   rate is the highest whose mean and p99 stay within 1.2× idle — what an
@@ -35,10 +37,11 @@
 //! `REFRESHD_BENCH_LATENCY_MIB` (aged data, default 256),
 //! `REFRESHD_BENCH_LAT_LOG` (a directory: fio's readers log every read's
 //! latency there), `REFRESHD_BENCH_CANDIDATES` (`name=path`,
-//! comma-separated: other builds of refreshd, each run at the defaults
-//! as another case of every cell, judged as the default is; a change to
-//! the pacer against the law it would replace, in the same rounds).
-//! Root needed.
+//! comma-separated: other builds of refreshd, each run as root at the
+//! defaults as another case of every cell, after `as unit`, and judged
+//! on the reader as the default is; a change to the pacer against the
+//! law it would replace, in the same rounds. Not run as the unit, nor
+//! with no reader). Root needed.
 #![allow(clippy::unwrap_used)]
 
 #[path = "latency/beds.rs"]
@@ -50,6 +53,7 @@ mod readers;
 #[path = "latency/runs.rs"]
 mod runs;
 
+use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use beds::{Bed, FILE_MIB};
@@ -163,24 +167,32 @@ struct Candidate {
 }
 
 impl Candidate {
-    /// `REFRESHD_BENCH_CANDIDATES`: `name=path`, comma-separated.
+    /// `REFRESHD_BENCH_CANDIDATES`: `name=path`, comma-separated; each
+    /// name once, each path an executable file (made absolute: a bare
+    /// name would be looked up in `$PATH`, not here).
     fn from_env() -> Vec<Candidate> {
-        env_list("REFRESHD_BENCH_CANDIDATES")
-            .iter()
-            .map(|c| {
-                let (name, path) = c
-                    .split_once('=')
-                    .unwrap_or_else(|| panic!("REFRESHD_BENCH_CANDIDATES: {c:?} is not name=path"));
-                assert!(
-                    std::path::Path::new(path).is_file(),
-                    "REFRESHD_BENCH_CANDIDATES: {path} is not a file"
-                );
-                Candidate {
-                    name: name.to_string(),
-                    path: path.to_string(),
-                }
-            })
-            .collect()
+        let mut all: Vec<Candidate> = vec![];
+        for c in env_list("REFRESHD_BENCH_CANDIDATES") {
+            let bad = |why: &str| -> ! { panic!("REFRESHD_BENCH_CANDIDATES: {c:?}: {why}") };
+            let Some((name, path)) = c.split_once('=') else {
+                bad("not name=path")
+            };
+            let (name, path) = (name.trim(), path.trim());
+            if name.is_empty() || all.iter().any(|a| a.name == name) {
+                bad("each candidate needs a name of its own");
+            }
+            let path = std::fs::canonicalize(path).unwrap_or_else(|e| bad(&e.to_string()));
+            let executable = std::fs::metadata(&path)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+            if !executable {
+                bad("not an executable file");
+            }
+            all.push(Candidate {
+                name: name.to_string(),
+                path: path.display().to_string(),
+            });
+        }
+        all
     }
 }
 

@@ -79,6 +79,8 @@ struct Refresh {
     started: Instant,
     done: std::sync::mpsc::Receiver<(Duration, u64)>,
     ended: Arc<AtomicBool>,
+    /// What ran, for a failure's message.
+    what: String,
 }
 
 impl Refresh {
@@ -112,7 +114,8 @@ impl Refresh {
             .arg(dir.join("aged"))
             .stdout(Stdio::piped())
             .spawn()
-            .unwrap();
+            .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        let what = format!("{cmd:?}");
         let out = child.stdout.take().unwrap();
         let pid = child.id() as i32;
         let started = Instant::now();
@@ -142,6 +145,7 @@ impl Refresh {
             started,
             done: rx,
             ended,
+            what,
         }
     }
 
@@ -156,12 +160,16 @@ impl Refresh {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
         }
         let status = self.waiter.join().unwrap();
-        assert!(cut || status.success(), "refresh failed: {status}");
+        assert!(
+            cut || status.success(),
+            "refresh failed: {status}: {}",
+            self.what
+        );
         let _ = total;
         let (ran, bytes) = self
             .done
             .recv_timeout(Duration::from_secs(5))
-            .expect("the refresh's summary");
+            .unwrap_or_else(|_| panic!("no summary from the refresh: {}", self.what));
         (bytes, ran)
     }
 }
