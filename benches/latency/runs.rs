@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::beds::{Bed, MIB};
 use crate::readers::{BlockTail, Latencies, Reader};
@@ -76,7 +76,6 @@ fn drop_caches() {
 struct Refresh {
     pid: i32,
     waiter: std::thread::JoinHandle<std::process::ExitStatus>,
-    started: Instant,
     done: std::sync::mpsc::Receiver<(Duration, u64)>,
     ended: Arc<AtomicBool>,
     /// What ran, for a failure's message.
@@ -118,7 +117,6 @@ impl Refresh {
         let what = format!("{cmd:?}");
         let out = child.stdout.take().unwrap();
         let pid = child.id() as i32;
-        let started = Instant::now();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             // The summary's bytes (the last file's too, interrupted or
@@ -142,7 +140,6 @@ impl Refresh {
         Refresh {
             pid,
             waiter,
-            started,
             done: rx,
             ended,
             what,
@@ -154,7 +151,6 @@ impl Refresh {
     /// it ran).
     fn finish(self, window: Duration) -> (u64, Duration) {
         let cut = !window.is_zero() && !self.ended.load(Ordering::Relaxed);
-        let total = self.started.elapsed();
         if cut {
             let pid = nix::unistd::Pid::from_raw(self.pid);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
@@ -165,7 +161,6 @@ impl Refresh {
             "refresh failed: {status}: {}",
             self.what
         );
-        let _ = total;
         let (ran, bytes) = self
             .done
             .recv_timeout(Duration::from_secs(5))
