@@ -114,10 +114,11 @@ fn privileged_without_the_lease_concurrent_writes_are_lost() {
             eprintln!("without the lease, {lost} stamped blocks were overwritten with old data");
         }
         // Or an O_DIRECT write landed on the writer's dirty pages: the kernel
-        // logs "Page cache invalidation failure on direct I/O. Possible data
-        // corruption" and sets the file's writeback error, so the engine's
-        // fsync fails, and so does the application's own, through no fault
-        // of its own (seen in CI, 2026-12-07: one run in many).
+        // sets the file's writeback error (and may log "Page cache
+        // invalidation failure on direct I/O. Possible data corruption"),
+        // so the engine's fsync fails, and so does the application's own,
+        // through no fault of its own (seen in CI, 2026-12-07: one run in
+        // many).
         Outcome::Failed { reason, .. } if reason.starts_with("fsync") => {
             assert!(reason.contains("Input/output error"), "{reason}");
             let err = application.sync_all().unwrap_err();
