@@ -58,7 +58,7 @@ use std::process::Command;
 
 use beds::{Bed, FILE_MIB};
 use readers::Reader;
-use runs::{medians, rounds, Ratios};
+use runs::{medians, rounds, Case, Ratios};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -197,28 +197,13 @@ impl Candidate {
 }
 
 fn cell(bed: &Bed<'_>, reader: Reader, runs: &Runs, rates: &[u64]) -> Cell {
-    let rate_args: Vec<String> = rates.iter().map(|r| format!("{r}MiB/s")).collect();
-    let candidate_args: Vec<String> = runs
-        .candidates
-        .iter()
-        .map(|c| format!("{}{}", runs::CANDIDATE, c.path))
-        .collect();
-    let mut cases: Vec<Option<Vec<&str>>> = vec![
-        None,
-        Some(vec!["--rate", "50MiB/s"]),
-        Some(vec![runs::AS_THE_UNIT, "--rate", "50MiB/s"]),
-    ];
+    let mut cases = vec![Case::Idle, Case::Default, Case::AsTheUnit];
     cases.extend(
-        candidate_args
+        runs.candidates
             .iter()
-            .map(|c| Some(vec![c.as_str(), "--rate", "50MiB/s"])),
+            .map(|c| Case::Candidate(c.path.clone())),
     );
-    cases.extend(
-        rate_args
-            .iter()
-            .map(|r| Some(vec!["--yield", "off", "--rate", r.as_str()])),
-    );
-    let cases: Vec<Option<&[&str]>> = cases.iter().map(|c| c.as_deref()).collect();
+    cases.extend(rates.iter().map(|&r| Case::Fixed(r)));
     let all = rounds(bed, reader, &cases, runs.secs, runs.repeats);
     let idle = medians(&all[0]);
     let idle_block = idle.block.map_or(String::new(), |b| {
@@ -310,9 +295,8 @@ fn show(name: &str, r: &Ratios) {
 
 /// No reader: the default against `--yield off` at the same rate.
 fn alone(bed: &Bed<'_>, data_mib: u64) -> f64 {
-    let time = |extra: &[&str]| runs::time_alone(bed, extra);
-    let off = time(&["--rate", "50MiB/s", "--yield", "off"]);
-    let on = time(&["--rate", "50MiB/s"]);
+    let off = runs::time_alone(bed, &Case::Fixed(50));
+    let on = runs::time_alone(bed, &Case::Default);
     let ratio = off.as_secs_f64() / on.as_secs_f64();
     println!(
         "  no reader: default {:.1} MiB/s vs --yield off {:.1} MiB/s: {ratio:.3}×",

@@ -17,20 +17,64 @@ pub struct Outcome {
     pub mib_per_s: f64,
 }
 
-/// A first argument that runs the refresh with the shipped unit's
-/// capabilities only (its `CapabilityBoundingSet=`), not root's: no
-/// `CAP_BPF`, `CAP_PERFMON` or `CAP_SYS_ADMIN`, so its pacer cannot time
-/// the drive's reads one by one and steers on their mean alone, as the
-/// daemon under systemd does. Only the capabilities differ: the unit's
-/// `Nice=10` is not applied (the refresh under `nice -n 10` beside the
-/// loop devices' readers measured no difference one run's noise does
-/// not make: docs/benchmarks.md).
-pub const AS_THE_UNIT: &str = "--as-the-unit";
+/// What runs beside the reader in one case of a cell.
+pub enum Case {
+    /// Nothing: the reader alone, the baseline every ratio is against.
+    Idle,
+    /// This build at the daemon's defaults (`--rate 50MiB/s`, yielding),
+    /// as root: its pacer times the drive's reads one by one where the
+    /// kernel allows.
+    Default,
+    /// The same with the shipped unit's capabilities only (its
+    /// `CapabilityBoundingSet=`), not root's: no `CAP_BPF`, `CAP_PERFMON`
+    /// or `CAP_SYS_ADMIN`, so its pacer cannot time the drive's reads one
+    /// by one and steers on their mean alone, as the daemon under systemd
+    /// does. Only the capabilities differ: the unit's `Nice=10` is not
+    /// applied (the refresh under `nice -n 10` beside the loop devices'
+    /// readers measured no difference one run's noise does not make:
+    /// docs/benchmarks.md).
+    AsTheUnit,
+    /// Another build (its path) at the defaults, as root: a candidate
+    /// law judged beside the current one in the same rounds
+    /// (`REFRESHD_BENCH_CANDIDATES`).
+    Candidate(String),
+    /// This build at a fixed rate (MiB/s), not yielding (`--yield off`).
+    Fixed(u64),
+}
 
-/// A first argument `--candidate=PATH` runs the refresh with the binary
-/// at PATH, not this build's: a candidate law judged beside the current
-/// one in the same rounds (`REFRESHD_BENCH_CANDIDATES`).
-pub const CANDIDATE: &str = "--candidate=";
+impl Case {
+    /// The refresh's command, all but the files (`None`: idle).
+    fn command(&self) -> Option<Command> {
+        let bin = env!("CARGO_BIN_EXE_refreshd");
+        let mut cmd = match self {
+            Case::Idle => return None,
+            Case::Default | Case::Fixed(_) => Command::new(bin),
+            Case::Candidate(path) => Command::new(path),
+            Case::AsTheUnit => {
+                let mut c = Command::new("setpriv");
+                // Root's capabilities after exec are its bounding set and
+                // its inheritable set together: both go.
+                c.args(["--inh-caps=-all", "--ambient-caps=-all"]).args([
+                    "--bounding-set",
+                    unit_bounding_set(),
+                    "--",
+                    bin,
+                ]);
+                c
+            }
+        };
+        cmd.env(
+            "REFRESHD_STATE_DIR",
+            concat!(env!("CARGO_TARGET_TMPDIR"), "/bench-state"),
+        )
+        .args(["refresh", "--no-progress", "--json"]);
+        match self {
+            Case::Fixed(mib) => cmd.args(["--yield", "off", "--rate", &format!("{mib}MiB/s")]),
+            _ => cmd.args(["--rate", "50MiB/s"]),
+        };
+        Some(cmd)
+    }
+}
 
 /// The unit's bounding set as `setpriv --bounding-set` takes it
 /// (`-all,+lease,…`), read from systemd/refreshd.service: the unit is
@@ -83,33 +127,8 @@ struct Refresh {
 }
 
 impl Refresh {
-    fn start(dir: &Path, extra: &[&str]) -> Refresh {
-        let bin = env!("CARGO_BIN_EXE_refreshd");
-        let (mut cmd, extra) = match extra.split_first() {
-            Some((first, rest)) if first.starts_with(CANDIDATE) => {
-                (Command::new(&first[CANDIDATE.len()..]), rest)
-            }
-            Some((&AS_THE_UNIT, rest)) => {
-                let mut c = Command::new("setpriv");
-                // Root's capabilities after exec are its bounding set and
-                // its inheritable set together: both go.
-                c.args(["--inh-caps=-all", "--ambient-caps=-all"]).args([
-                    "--bounding-set",
-                    unit_bounding_set(),
-                    "--",
-                    bin,
-                ]);
-                (c, rest)
-            }
-            _ => (Command::new(bin), extra),
-        };
+    fn start(dir: &Path, mut cmd: Command) -> Refresh {
         let mut child = cmd
-            .env(
-                "REFRESHD_STATE_DIR",
-                concat!(env!("CARGO_TARGET_TMPDIR"), "/bench-state"),
-            )
-            .args(["refresh", "--no-progress", "--json"])
-            .args(extra)
             .arg(dir.join("aged"))
             .stdout(Stdio::piped())
             .spawn()
@@ -169,18 +188,18 @@ impl Refresh {
     }
 }
 
-/// The reader beside a refresh with `extra` arguments (`None`: alone),
-/// for at most `secs` (less when the refresh ends first).
+/// The reader beside `case`'s refresh, for at most `secs` (less when the
+/// refresh ends first).
 pub fn run_case(
     bed: &Bed<'_>,
     reader: Reader,
-    extra: Option<&[&str]>,
+    case: &Case,
     secs: u64,
 ) -> (Latencies, Option<Outcome>) {
     (bed.age)();
     drop_caches();
     let window = Duration::from_secs(secs);
-    let refresh = extra.map(|x| Refresh::start(&bed.dir, x));
+    let refresh = case.command().map(|c| Refresh::start(&bed.dir, c));
     let never = AtomicBool::new(false);
     let stop = refresh.as_ref().map_or(&never, |r| &*r.ended);
     let before = bed.reads.as_ref().map(|r| r.histogram());
@@ -203,10 +222,11 @@ pub fn run_case(
 }
 
 /// A whole refresh with no reader: its time.
-pub fn time_alone(bed: &Bed<'_>, extra: &[&str]) -> Duration {
+pub fn time_alone(bed: &Bed<'_>, case: &Case) -> Duration {
     (bed.age)();
     drop_caches();
-    Refresh::start(&bed.dir, extra).finish(Duration::ZERO).1
+    let cmd = case.command().expect("a refresh");
+    Refresh::start(&bed.dir, cmd).finish(Duration::ZERO).1
 }
 
 /// A cell's cases run in rounds, `repeats` of them: each round runs every
@@ -220,15 +240,15 @@ pub fn time_alone(bed: &Bed<'_>, extra: &[&str]) -> Duration {
 pub fn rounds(
     bed: &Bed<'_>,
     reader: Reader,
-    cases: &[Option<&[&str]>],
+    cases: &[Case],
     secs: u64,
     repeats: usize,
 ) -> Vec<Vec<Run>> {
     let mut runs: Vec<Vec<Run>> = cases.iter().map(|_| vec![]).collect();
     for _ in 0..repeats.max(1) {
-        for (case, extra) in runs.iter_mut().zip(cases) {
-            let (lat, outcome) = run_case(bed, reader, *extra, secs);
-            case.push(Run { lat, outcome });
+        for (done, case) in runs.iter_mut().zip(cases) {
+            let (lat, outcome) = run_case(bed, reader, case, secs);
+            done.push(Run { lat, outcome });
         }
     }
     runs
