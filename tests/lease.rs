@@ -1,9 +1,9 @@
 //! No lost updates: during a slow refresh another process opens the file and
 //! writes version-stamped blocks. With the lease every stamp survives and
 //! the opener waits well under a second; with the lease switched off (test
-//! switch) stamps are lost, or the kernel catches the collision and fails
-//! everyone's fsync. Truncation mid-refresh leaves exactly the
-//! truncated file.
+//! switch) stamps are lost, or the kernel catches the collision and the
+//! next fsync of every descriptor open then fails, the application's
+//! too. Truncation mid-refresh leaves exactly the truncated file.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
