@@ -31,9 +31,11 @@
 //! tb4, tb8, tb-link, tb-fade, loop-none, loop-mq-deadline, loop-bfq),
 //! `REFRESHD_BENCH_READERS` (qd1, qd8, mmap, bursty),
 //! `REFRESHD_BENCH_LATENCY_SECS` (per run, default 8),
-//! `REFRESHD_BENCH_REPEATS` (rounds, default 1: each round runs every
-//! case of a cell once, and each ratio is the median over the rounds of
-//! a run against the idle run of its round; each round's p99 is shown),
+//! `REFRESHD_BENCH_REPEATS` (rounds, default 1: each round runs the idle
+//! case and then every other case of a cell once, in an order rotated
+//! from cell to cell and round to round, and each ratio is the median
+//! over the rounds of a run against the idle run of its round; each
+//! round's p99 is shown),
 //! `REFRESHD_BENCH_LATENCY_MIB` (aged data, default 256),
 //! `REFRESHD_BENCH_LAT_LOG` (a directory: fio's readers log every read's
 //! latency there), `REFRESHD_BENCH_CANDIDATES` (`name=path`,
@@ -41,13 +43,18 @@
 //! defaults as another case of every cell, after `as unit`, and judged
 //! on the reader as the default is; a change to the pacer against the
 //! law it would replace, in the same rounds. Not run as the unit, nor
-//! with no reader). Root needed.
+//! with no reader). With candidates, the last lines pair each law with
+//! each other over every cell and round (`judge::Paired`: the
+//! geometric mean of a's p99, mean and MiB/s over b's, with a 95 %
+//! interval over the cells). Root needed.
 #![allow(clippy::unwrap_used)]
 
 #[path = "latency/beds.rs"]
 mod beds;
 #[path = "../tests/helpers/mod.rs"]
 mod helpers;
+#[path = "latency/judge.rs"]
+mod judge;
 #[path = "latency/readers.rs"]
 mod readers;
 #[path = "latency/runs.rs"]
@@ -57,6 +64,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use beds::{Bed, FILE_MIB};
+use judge::{Paired, RoundRatios};
 use readers::Reader;
 use runs::{medians, rounds, Case, Ratios};
 
@@ -146,6 +154,9 @@ struct Cell {
     unit: DefaultRun,
     /// Each of `REFRESHD_BENCH_CANDIDATES`' runs, in its order.
     candidates: Vec<DefaultRun>,
+    /// The laws' rounds, each against its round's idle run: the default
+    /// (as root), then each candidate: what they are paired on.
+    laws: Vec<Vec<RoundRatios>>,
     best_fixed: Option<BestFixed>,
 }
 
@@ -196,7 +207,9 @@ impl Candidate {
     }
 }
 
-fn cell(bed: &Bed<'_>, reader: Reader, runs: &Runs, rates: &[u64]) -> Cell {
+/// One cell's cases in rounds; `turn`, the cell's number in the run,
+/// rotates their order (`runs::rounds`).
+fn cell(bed: &Bed<'_>, reader: Reader, runs: &Runs, rates: &[u64], turn: usize) -> Cell {
     let mut cases = vec![Case::Idle, Case::Default, Case::AsTheUnit];
     cases.extend(
         runs.candidates
@@ -204,7 +217,7 @@ fn cell(bed: &Bed<'_>, reader: Reader, runs: &Runs, rates: &[u64]) -> Cell {
             .map(|c| Case::Candidate(c.path.clone())),
     );
     cases.extend(rates.iter().map(|&r| Case::Fixed(r)));
-    let all = rounds(bed, reader, &cases, runs.secs, runs.repeats);
+    let all = rounds(bed, reader, &cases, runs.secs, runs.repeats, turn);
     let idle = medians(&all[0]);
     let idle_block = idle.block.map_or(String::new(), |b| {
         format!(
@@ -262,12 +275,17 @@ fn cell(bed: &Bed<'_>, reader: Reader, runs: &Runs, rates: &[u64]) -> Cell {
     for (c, run) in runs.candidates.iter().zip(&candidates) {
         println!("  candidate {}: {}", c.name, says(run.verdict));
     }
+    let laws = std::iter::once(&ratios[0])
+        .chain(&ratios[2..2 + runs.candidates.len()])
+        .map(|r| r.each.clone())
+        .collect();
     Cell {
         bed: bed.name.clone(),
         reader: reader.name(),
         root,
         unit,
         candidates,
+        laws,
         best_fixed,
     }
 }
@@ -275,8 +293,8 @@ fn cell(bed: &Bed<'_>, reader: Reader, runs: &Runs, rates: &[u64]) -> Cell {
 /// A case's line: its ratios against idle, the drive's reads' in
 /// brackets, and with more than one round each round's p99.
 fn show(name: &str, r: &Ratios) {
-    let spread = if r.each_p99.len() > 1 {
-        let p99s: Vec<String> = r.each_p99.iter().map(|p| format!("{p:.2}")).collect();
+    let spread = if r.each.len() > 1 {
+        let p99s: Vec<String> = r.each.iter().map(|e| format!("{:.2}", e.p99)).collect();
         format!("  (p99 of each round: {})", p99s.join(", "))
     } else {
         String::new()
@@ -356,7 +374,7 @@ fn main() {
         };
         let bed = beds::bed(name, &device, data_mib);
         for &reader in &readers {
-            cells.push(cell(&bed, reader, &runs, &rates));
+            cells.push(cell(&bed, reader, &runs, &rates, cells.len()));
         }
         alones.push((name, alone(&bed, data_mib)));
     }
@@ -427,7 +445,51 @@ fn main() {
             );
         }
     }
+    paired(&cells, &runs.candidates);
     for (name, why) in skipped {
         println!("{name}: not run: {why}");
+    }
+}
+
+/// Each law against each other (the default and the candidates), paired
+/// over the same cells and rounds (`judge::Paired`).
+fn paired(cells: &[Cell], candidates: &[Candidate]) {
+    if candidates.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = std::iter::once("default")
+        .chain(candidates.iter().map(|c| c.name.as_str()))
+        .collect();
+    println!(
+        "\npaired over the same cells and rounds: a against b, the geometric mean over the cells of a's over b's (each cell's rounds averaged), its 95 % interval over the cells:"
+    );
+    for j in 1..names.len() {
+        for i in 0..j {
+            let of = |k: usize| -> Vec<Vec<RoundRatios>> {
+                cells.iter().map(|c| c.laws[k].clone()).collect()
+            };
+            let Some(p) = Paired::of(&of(j), &of(i)) else {
+                continue;
+            };
+            let marked = |iv: &judge::Interval| {
+                let mark = if iv.excludes_one() {
+                    " (1 outside)"
+                } else {
+                    ""
+                };
+                format!("{}{mark}", iv.show())
+            };
+            println!(
+                "  {} against {}: p99 {}, mean {}, MiB/s {}; p99 lower in {} cells, higher in {}, of {}",
+                names[j],
+                names[i],
+                marked(&p.p99),
+                marked(&p.mean),
+                marked(&p.mib_per_s),
+                p.p99_lower,
+                p.p99_higher,
+                p.cells,
+            );
+        }
     }
 }

@@ -26,6 +26,7 @@ mod guards;
 mod helpers;
 mod home;
 mod io_errors;
+mod latency_judge;
 mod layout;
 mod lease;
 mod limits;

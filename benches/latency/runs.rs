@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::beds::{Bed, MIB};
+use crate::judge::{round_order, RoundRatios};
 use crate::readers::{BlockTail, Latencies, Reader};
 
 /// What the refresh did while the reader ran.
@@ -229,26 +230,35 @@ pub fn time_alone(bed: &Bed<'_>, case: &Case) -> Duration {
     Refresh::start(&bed.dir, cmd).finish(Duration::ZERO).1
 }
 
-/// A cell's cases run in rounds, `repeats` of them: each round runs every
-/// case once, in `cases`' order, so each case is compared with the idle
-/// run of its own round, not with idle runs made before all of them:
-/// the machine's state drifts. On loop-none · QD8, run case by case, the
-/// default's three runs back to back read p99 1.29, 1.30, 1.30× idle and
-/// a fixed 4 MiB/s's three, a minute later, 1.02, 1.00, 1.12; twenty
-/// minutes later one run of each read 1.16 and 1.37. Returns each case's
-/// runs, round by round.
+/// A cell's cases run in rounds, `repeats` of them: each round runs the
+/// idle case (`cases[0]`) first and then every other case once, so each
+/// case is compared with the idle run of its own round, not with idle
+/// runs made before all of them: the machine's state drifts. On
+/// loop-none · QD8, run case by case, the default's three runs back to
+/// back read p99 1.29, 1.30, 1.30× idle and a fixed 4 MiB/s's three, a
+/// minute later, 1.02, 1.00, 1.12; twenty minutes later one run of each
+/// read 1.16 and 1.37.
+///
+/// The cases after idle go in a rotated order, by `turn` (the cell's
+/// number) plus the round: no case holds one slot (right after the idle
+/// run, say) in every cell and round, so what a slot does to a run is
+/// spread over the cases, not read as a difference between two builds
+/// of one law (2026-12-07, night: the same code read p99 1.30× as
+/// `default`, always right after idle, and 1.22× as a candidate).
+/// Returns each case's runs, round by round, in `cases`' order.
 pub fn rounds(
     bed: &Bed<'_>,
     reader: Reader,
     cases: &[Case],
     secs: u64,
     repeats: usize,
+    turn: usize,
 ) -> Vec<Vec<Run>> {
     let mut runs: Vec<Vec<Run>> = cases.iter().map(|_| vec![]).collect();
-    for _ in 0..repeats.max(1) {
-        for (done, case) in runs.iter_mut().zip(cases) {
-            let (lat, outcome) = run_case(bed, reader, case, secs);
-            done.push(Run { lat, outcome });
+    for round in 0..repeats.max(1) {
+        for i in round_order(cases.len(), turn + round) {
+            let (lat, outcome) = run_case(bed, reader, &cases[i], secs);
+            runs[i].push(Run { lat, outcome });
         }
     }
     runs
@@ -305,8 +315,8 @@ pub struct Ratios {
     pub p99: f64,
     /// The drive's reads (p99, p99.9), where every run timed them.
     pub block: Option<(f64, f64)>,
-    /// Each round's p99 ratio, for their spread.
-    pub each_p99: Vec<f64>,
+    /// Each round's run against that round's idle run.
+    pub each: Vec<RoundRatios>,
     /// The median of what the refresh did while the reader ran.
     pub mib_per_s: f64,
 }
@@ -328,17 +338,24 @@ impl Ratios {
                 Some((c.p99_ms / i.p99_ms, c.p999_ms / i.p999_ms))
             })
             .collect();
-        let each_p99 = ratio(|l| l.p99_ms);
+        let rates: Vec<f64> = case
+            .iter()
+            .map(|r| r.outcome.expect("a refresh ran").mib_per_s)
+            .collect();
+        let (means, p99s) = (ratio(|l| l.mean_ms), ratio(|l| l.p99_ms));
+        let each = (0..rates.len())
+            .map(|k| RoundRatios {
+                mean: means[k],
+                p99: p99s[k],
+                mib_per_s: rates[k],
+            })
+            .collect();
         Ratios {
-            mean: median(ratio(|l| l.mean_ms)),
-            p99: median(each_p99.clone()),
+            mean: median(means),
+            p99: median(p99s),
             block: (blocks.len() == pairs.len()).then(|| median_pair(&blocks)),
-            each_p99,
-            mib_per_s: median(
-                case.iter()
-                    .map(|r| r.outcome.expect("a refresh ran").mib_per_s)
-                    .collect(),
-            ),
+            each,
+            mib_per_s: median(rates),
         }
     }
 
