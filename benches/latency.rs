@@ -19,8 +19,8 @@
 //! The target, every cell: `default` keeps the reader's mean and p99
 //! within 1.2× idle and refreshes at least as fast as the best fixed rate
 //! while the reader runs. Per device, with no reader: `default` against
-//! `--yield off` (≥ 0.95×). The last lines are the matrix as a Markdown
-//! table.
+//! `--yield off` (≥ 0.95×). Then the matrix as a Markdown table, how
+//! many cells meet the target, and what the candidates (below) did.
 //!
 //! Beside each run's ratios, in brackets: the p99 and p99.9 of the
 //! drive's reads over the run (the reader's at the block layer, ours left
@@ -32,8 +32,9 @@
 //! `REFRESHD_BENCH_READERS` (qd1, qd8, mmap, bursty),
 //! `REFRESHD_BENCH_LATENCY_SECS` (per run, default 8),
 //! `REFRESHD_BENCH_REPEATS` (rounds, default 1: each round runs the idle
-//! case and then every other case of a cell once, in an order rotated
-//! from cell to cell and round to round, and each ratio is the median
+//! case and then every other case of a cell once, in an order that
+//! changes from cell to cell and round to round (`judge::round_order`),
+//! and each ratio is the median
 //! over the rounds of a run against the idle run of its round; each
 //! round's p99 is shown),
 //! `REFRESHD_BENCH_LATENCY_MIB` (aged data, default 256),
@@ -43,9 +44,9 @@
 //! defaults as another case of every cell, after `as unit`, and judged
 //! on the reader as the default is; a change to the pacer against the
 //! law it would replace, in the same rounds. Not run as the unit, nor
-//! with no reader). With candidates, the last lines pair each law with
-//! each other over every cell and round (`judge::Paired`: the
-//! geometric mean of a's p99, mean and MiB/s over b's, with a 95 %
+//! with no reader). With candidates, the lines after the matrix pair
+//! each law with each other over every cell and round (`judge::Paired`:
+//! the geometric mean of a's p99, mean and MiB/s over b's, with a 95 %
 //! interval over the cells). Root needed.
 #![allow(clippy::unwrap_used)]
 
@@ -472,23 +473,20 @@ fn paired(cells: &[Cell], candidates: &[Candidate]) {
                 continue;
             };
             let marked = |iv: &judge::Interval| {
-                let mark = if iv.excludes_one() {
-                    " (1 outside)"
-                } else {
-                    ""
-                };
-                format!("{}{mark}", iv.show())
+                let mark = if iv.excludes_one() { ", 1 outside" } else { "" };
+                format!("{} ({} cells{mark})", iv.show(), iv.cells)
             };
             println!(
-                "  {} against {}: p99 {}, mean {}, MiB/s {}; p99 lower in {} cells, higher in {}, of {}",
+                "  {} against {}: p99 {}, mean {}, MiB/s {}; p99 lower in {} cells, higher in {}",
                 names[j],
                 names[i],
                 marked(&p.p99),
                 marked(&p.mean),
-                marked(&p.mib_per_s),
+                p.mib_per_s
+                    .as_ref()
+                    .map_or("– (no cell refreshed in both)".into(), marked),
                 p.p99_lower,
                 p.p99_higher,
-                p.cells,
             );
         }
     }

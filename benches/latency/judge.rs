@@ -11,20 +11,44 @@ pub struct RoundRatios {
     pub mib_per_s: f64,
 }
 
-/// The order of one round's `n` cases: 0 (idle) first, the rest rotated
-/// left by `turn`.
+/// The order of one round's `n` cases: 0 (idle, the round's baseline)
+/// first, the other `m = n − 1` in the `turn`th row of a Williams
+/// design. Over every `m` turns (`2m` when `m` is odd) each of them
+/// runs in each slot equally often, right after idle included, and
+/// right after each other case equally often: a run can be touched by
+/// the one before it (on a loop device, what the host's disk still
+/// writes back), and a rotation alone would put every case after the
+/// same neighbour in all but one turn in `m`.
 pub fn round_order(n: usize, turn: usize) -> Vec<usize> {
-    let rest = n.saturating_sub(1);
-    std::iter::once(0)
-        .take(n)
-        .chain((0..rest).map(|k| 1 + (k + turn) % rest))
-        .collect()
+    let m = n.saturating_sub(1);
+    if m == 0 {
+        return (0..n).collect();
+    }
+    // Williams' first row: 0, 1, m−1, 2, m−2, …; row t adds t (mod m).
+    let first = (0..m).map(|k| {
+        if k % 2 == 1 {
+            k.div_ceil(2)
+        } else {
+            (m - k / 2) % m
+        }
+    });
+    let t = turn % if m % 2 == 0 { m } else { 2 * m };
+    let mut row: Vec<usize> = first.map(|c| 1 + (c + t) % m).collect();
+    if t >= m {
+        // m odd: the second m rows are the first m reversed.
+        row.reverse();
+    }
+    std::iter::once(0).chain(row).collect()
 }
 
 /// A geometric mean of ratios and its 95 % interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Interval {
     pub ratio: f64,
+    /// The cells it is over: those where both laws' runs gave a finite
+    /// ratio (a refresh that did nothing in a run has no log of its
+    /// MiB/s; its cell is left out of that measure, not of the others).
+    pub cells: usize,
     /// `None` from one cell: no spread to go by.
     pub bounds: Option<(f64, f64)>,
 }
@@ -32,7 +56,11 @@ pub struct Interval {
 impl Interval {
     /// The interval of the mean of `logs` (Student's t over the cells),
     /// back from logarithms to ratios.
-    fn of_logs(logs: &[f64]) -> Interval {
+    fn of_logs(logs: &[f64]) -> Option<Interval> {
+        let logs: Vec<f64> = logs.iter().copied().filter(|l| l.is_finite()).collect();
+        if logs.is_empty() {
+            return None;
+        }
         let n = logs.len() as f64;
         let mean = logs.iter().sum::<f64>() / n;
         let bounds = (logs.len() > 1).then(|| {
@@ -40,10 +68,11 @@ impl Interval {
             let half = t975(logs.len() - 1) * (var / n).sqrt();
             ((mean - half).exp(), (mean + half).exp())
         });
-        Interval {
+        Some(Interval {
             ratio: mean.exp(),
+            cells: logs.len(),
             bounds,
-        }
+        })
     }
 
     /// Whether 1 (no difference) is outside the interval.
@@ -91,23 +120,28 @@ pub fn t975(df: usize) -> f64 {
 /// the cells' spread.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Paired {
-    pub cells: usize,
     pub p99: Interval,
     pub mean: Interval,
-    pub mib_per_s: Interval,
+    /// `None` where no cell had a finite ratio of MiB/s.
+    pub mib_per_s: Option<Interval>,
     /// Cells where a's p99 read lower than b's, and higher.
     pub p99_lower: usize,
     pub p99_higher: usize,
 }
 
 impl Paired {
-    /// `a[cell][round]` against `b[cell][round]`; cells with no rounds
-    /// on either side are left out. `None` with no cell left.
+    /// `a[cell][round]` against `b[cell][round]`: the same cells, each
+    /// with the same rounds (every round runs every case). Cells with no
+    /// rounds are left out; `None` with no cell left.
     pub fn of(a: &[Vec<RoundRatios>], b: &[Vec<RoundRatios>]) -> Option<Paired> {
+        assert_eq!(a.len(), b.len(), "two laws over different cells");
+        for (a, b) in a.iter().zip(b) {
+            assert_eq!(a.len(), b.len(), "two laws over different rounds");
+        }
         let per_cell = |f: fn(&RoundRatios) -> f64| -> Vec<f64> {
             a.iter()
                 .zip(b)
-                .filter(|(a, b)| !a.is_empty() && a.len() == b.len())
+                .filter(|(a, _)| !a.is_empty())
                 .map(|(a, b)| {
                     let logs = a.iter().zip(b).map(|(a, b)| (f(a) / f(b)).ln());
                     logs.sum::<f64>() / a.len() as f64
@@ -115,13 +149,9 @@ impl Paired {
                 .collect()
         };
         let p99 = per_cell(|r| r.p99);
-        if p99.is_empty() {
-            return None;
-        }
         Some(Paired {
-            cells: p99.len(),
-            p99: Interval::of_logs(&p99),
-            mean: Interval::of_logs(&per_cell(|r| r.mean)),
+            p99: Interval::of_logs(&p99)?,
+            mean: Interval::of_logs(&per_cell(|r| r.mean))?,
             mib_per_s: Interval::of_logs(&per_cell(|r| r.mib_per_s)),
             p99_lower: p99.iter().filter(|&&d| d < 0.0).count(),
             p99_higher: p99.iter().filter(|&&d| d > 0.0).count(),

@@ -239,12 +239,14 @@ pub fn time_alone(bed: &Bed<'_>, case: &Case) -> Duration {
 /// minute later, 1.02, 1.00, 1.12; twenty minutes later one run of each
 /// read 1.16 and 1.37.
 ///
-/// The cases after idle go in a rotated order, by `turn` (the cell's
-/// number) plus the round: no case holds one slot (right after the idle
-/// run, say) in every cell and round, so what a slot does to a run is
-/// spread over the cases, not read as a difference between two builds
-/// of one law (2026-12-07, night: the same code read p99 1.30× as
-/// `default`, always right after idle, and 1.22× as a candidate).
+/// The cases after idle go in an order that changes by cell (`turn`, the
+/// cell's number) and round (`judge::round_order`): no case holds one
+/// slot, or follows one neighbour, in every cell and round, so what a
+/// slot or the run before does to a run is spread over the cases, not
+/// read as a difference between two builds of one law (2026-12-07,
+/// night: the same code read p99 1.30× as `default`, always right after
+/// idle, and 1.22× as a candidate, always after the unit's run; the
+/// slot may be why).
 /// Returns each case's runs, round by round, in `cases`' order.
 pub fn rounds(
     bed: &Bed<'_>,
@@ -256,7 +258,7 @@ pub fn rounds(
 ) -> Vec<Vec<Run>> {
     let mut runs: Vec<Vec<Run>> = cases.iter().map(|_| vec![]).collect();
     for round in 0..repeats.max(1) {
-        for i in round_order(cases.len(), turn + round) {
+        for i in round_order(cases.len(), turn * repeats.max(1) + round) {
             let (lat, outcome) = run_case(bed, reader, &cases[i], secs);
             runs[i].push(Run { lat, outcome });
         }
