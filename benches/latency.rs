@@ -44,10 +44,11 @@
 //! defaults as another case of every cell, after `as unit`, and judged
 //! on the reader as the default is; a change to the pacer against the
 //! law it would replace, in the same rounds. Not run as the unit, nor
-//! with no reader). With candidates, the lines after the matrix pair
-//! each law with each other over every cell and round (`judge::Paired`:
-//! the geometric mean of a's p99, mean and MiB/s over b's, with a 95 %
-//! interval over the cells). Root needed.
+//! with no reader). The lines after the matrix pair each law (the
+//! default, as the unit, each candidate) with each other over every
+//! cell and round (`judge::Paired`: the geometric mean of a's p99, mean
+//! and MiB/s over b's, with a 95 % interval over the cells). Root
+//! needed.
 #![allow(clippy::unwrap_used)]
 
 #[path = "latency/beds.rs"]
@@ -156,7 +157,8 @@ struct Cell {
     /// Each of `REFRESHD_BENCH_CANDIDATES`' runs, in its order.
     candidates: Vec<DefaultRun>,
     /// The laws' rounds, each against its round's idle run: the default
-    /// (as root), then each candidate: what they are paired on.
+    /// (as root), as the unit, then each candidate: what they are paired
+    /// on.
     laws: Vec<Vec<RoundRatios>>,
     best_fixed: Option<BestFixed>,
 }
@@ -276,8 +278,8 @@ fn cell(bed: &Bed<'_>, reader: Reader, runs: &Runs, rates: &[u64], turn: usize) 
     for (c, run) in runs.candidates.iter().zip(&candidates) {
         println!("  candidate {}: {}", c.name, says(run.verdict));
     }
-    let laws = std::iter::once(&ratios[0])
-        .chain(&ratios[2..2 + runs.candidates.len()])
+    let laws = ratios[..2 + runs.candidates.len()]
+        .iter()
         .map(|r| r.each.clone())
         .collect();
     Cell {
@@ -452,13 +454,11 @@ fn main() {
     }
 }
 
-/// Each law against each other (the default and the candidates), paired
-/// over the same cells and rounds (`judge::Paired`).
+/// Each law against each other (the default, as the unit, each
+/// candidate), paired over the same cells and rounds (`judge::Paired`).
 fn paired(cells: &[Cell], candidates: &[Candidate]) {
-    if candidates.is_empty() {
-        return;
-    }
-    let names: Vec<&str> = std::iter::once("default")
+    let names: Vec<&str> = ["default", "as the unit"]
+        .into_iter()
         .chain(candidates.iter().map(|c| c.name.as_str()))
         .collect();
     println!(
