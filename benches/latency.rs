@@ -34,9 +34,8 @@
 //! `REFRESHD_BENCH_REPEATS` (rounds, default 1: each round runs the idle
 //! case and then every other case of a cell once, in an order that
 //! changes from cell to cell and round to round (`judge::round_order`),
-//! and each ratio is the median
-//! over the rounds of a run against the idle run of its round; each
-//! round's p99 is shown),
+//! and each ratio is the median over the rounds of a run against the
+//! idle run of its round; each round's p99 is shown),
 //! `REFRESHD_BENCH_LATENCY_MIB` (aged data, default 256),
 //! `REFRESHD_BENCH_LAT_LOG` (a directory: fio's readers log every read's
 //! latency there), `REFRESHD_BENCH_CANDIDATES` (`name=path`,
@@ -211,7 +210,7 @@ impl Candidate {
 }
 
 /// One cell's cases in rounds; `turn`, the cell's number in the run,
-/// rotates their order (`runs::rounds`).
+/// picks their order (`runs::rounds`).
 fn cell(bed: &Bed<'_>, reader: Reader, runs: &Runs, rates: &[u64], turn: usize) -> Cell {
     let mut cases = vec![Case::Idle, Case::Default, Case::AsTheUnit];
     cases.extend(
@@ -464,12 +463,12 @@ fn paired(cells: &[Cell], candidates: &[Candidate]) {
     println!(
         "\npaired over the same cells and rounds: a against b, the geometric mean over the cells of a's over b's (each cell's rounds averaged), its 95 % interval over the cells:"
     );
+    let laws: Vec<Vec<Vec<RoundRatios>>> = (0..names.len())
+        .map(|k| cells.iter().map(|c| c.laws[k].clone()).collect())
+        .collect();
     for j in 1..names.len() {
         for i in 0..j {
-            let of = |k: usize| -> Vec<Vec<RoundRatios>> {
-                cells.iter().map(|c| c.laws[k].clone()).collect()
-            };
-            let Some(p) = Paired::of(&of(j), &of(i)) else {
+            let Some(p) = Paired::of(&laws[j], &laws[i]) else {
                 continue;
             };
             let marked = |iv: &judge::Interval| {
